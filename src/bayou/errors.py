@@ -1,0 +1,170 @@
+"""One error registry shared by every layer.
+
+Each error class carries a stable ``code`` and a ``retriable`` flag. Protocol front ends map these
+codes to their own wire errors in one table each; nothing below the server layer knows about wire
+error texts.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class BayouError(Exception):
+    """Base of every error bayou raises on purpose."""
+
+    code: ClassVar[str] = "UNKNOWN"
+    retriable: ClassVar[bool] = False
+    default_message: ClassVar[str] = "unknown error"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.default_message)
+        self.message = message or self.default_message
+
+
+REGISTRY: dict[str, type[BayouError]] = {}
+
+
+def _register(cls: type[BayouError]) -> type[BayouError]:
+    if cls.code in REGISTRY:
+        raise RuntimeError(f"duplicate error code {cls.code}")
+    REGISTRY[cls.code] = cls
+    return cls
+
+
+@_register
+class InvalidRequest(BayouError):
+    code = "INVALID_REQUEST"
+    default_message = "invalid request"
+
+
+@_register
+class InvalidTopicName(BayouError):
+    code = "INVALID_TOPIC_NAME"
+    default_message = "invalid topic name"
+
+
+@_register
+class TopicAlreadyExists(BayouError):
+    code = "TOPIC_ALREADY_EXISTS"
+    default_message = "topic already exists"
+
+
+@_register
+class UnknownTopic(BayouError):
+    code = "UNKNOWN_TOPIC"
+    default_message = "unknown topic"
+
+
+@_register
+class UnknownPartition(BayouError):
+    code = "UNKNOWN_PARTITION"
+    default_message = "unknown partition"
+
+
+@_register
+class InvalidPartitions(BayouError):
+    code = "INVALID_PARTITIONS"
+    default_message = "invalid partition count"
+
+
+@_register
+class InvalidConfig(BayouError):
+    code = "INVALID_CONFIG"
+    default_message = "invalid configuration"
+
+
+@_register
+class OffsetOutOfRange(BayouError):
+    code = "OFFSET_OUT_OF_RANGE"
+    default_message = "offset out of range"
+
+
+@_register
+class CorruptRecord(BayouError):
+    code = "CORRUPT_RECORD"
+    default_message = "corrupt record batch"
+
+
+@_register
+class RecordTooLarge(BayouError):
+    code = "RECORD_TOO_LARGE"
+    default_message = "record batch too large"
+
+
+@_register
+class UnsupportedCompression(BayouError):
+    code = "UNSUPPORTED_COMPRESSION"
+    default_message = "unsupported compression codec"
+
+
+@_register
+class NotLeader(BayouError):
+    code = "NOT_LEADER"
+    retriable = True
+    default_message = "partition leader unavailable on this broker"
+
+
+@_register
+class ReplicationTimeout(BayouError):
+    code = "REPLICATION_TIMEOUT"
+    retriable = True
+    default_message = "acks=all timeout"
+
+
+@_register
+class GroupNotFound(BayouError):
+    code = "GROUP_NOT_FOUND"
+    default_message = "group not found"
+
+
+@_register
+class IllegalGeneration(BayouError):
+    code = "ILLEGAL_GENERATION"
+    retriable = True
+    default_message = "stale generation"
+
+
+@_register
+class UnknownMember(BayouError):
+    code = "UNKNOWN_MEMBER"
+    retriable = True
+    default_message = "unknown member"
+
+
+@_register
+class PartitionNotAssigned(BayouError):
+    code = "PARTITION_NOT_ASSIGNED"
+    default_message = "partition not assigned to member"
+
+
+@_register
+class DuplicateSequence(BayouError):
+    code = "DUPLICATE_SEQUENCE"
+    default_message = "duplicate sequence number"
+
+
+@_register
+class OutOfOrderSequence(BayouError):
+    code = "OUT_OF_ORDER_SEQUENCE"
+    default_message = "out of order sequence number"
+
+
+@_register
+class ProducerFenced(BayouError):
+    code = "PRODUCER_FENCED"
+    default_message = "producer fenced by a newer epoch"
+
+
+@_register
+class StorageError(BayouError):
+    code = "STORAGE_ERROR"
+    retriable = True
+    default_message = "storage failure"
+
+
+@_register
+class BrokerShuttingDown(BayouError):
+    code = "BROKER_SHUTTING_DOWN"
+    retriable = True
+    default_message = "broker is shutting down"

@@ -1,0 +1,354 @@
+"""A partition's log: an ordered list of segments, appends, reads, group-commit fsync, retention.
+
+Plain synchronous code, safe to call from several threads: appends and segment changes hold
+``_lock``; fsyncs run outside it so appends continue while the disk works (group commit).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bayou.errors import CorruptRecord, OffsetOutOfRange, RecordTooLarge, StorageError
+from bayou.records.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    Record,
+    batch_crc,
+    decode_header,
+    decode_records,
+    iter_batches,
+    set_base_offset,
+)
+from bayou.storage.config import LogConfig
+from bayou.storage.segment import LOG_SUFFIX, Segment
+
+log = logging.getLogger("bayou.storage")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    base_offset: int
+    last_offset: int
+    record_count: int
+    max_timestamp: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Whole batches, in order, starting with the batch that holds the requested offset."""
+
+    data: bytes
+    start_offset: int  # base offset of the first batch in ``data`` (or the requested offset if empty)
+    next_offset: int  # offset after the last batch in ``data``
+    record_count: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class PartitionLog:
+    def __init__(self, directory: Path, config: LogConfig, *, recover: bool = True) -> None:
+        self.dir = directory
+        self.config = config
+        self._lock = threading.RLock()
+        self._sync_cond = threading.Condition()
+        self._syncing = False
+        self._durable_offset = 0
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.truncated_bytes = 0
+        directory.mkdir(parents=True, exist_ok=True)
+        self._load(recover)
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _load(self, recover: bool) -> None:
+        for stale in list(self.dir.glob("*.deleted")) + list(self.dir.glob("*.tmp")):
+            stale.unlink(missing_ok=True)
+        bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.dir.glob("*" + LOG_SUFFIX)
+                       if p.name[: -len(LOG_SUFFIX)].isdigit())
+        for i, base in enumerate(bases):
+            seg = Segment(self.dir, base, self.config.index_interval_bytes)
+            is_active = i == len(bases) - 1
+            self.truncated_bytes += seg.load(recover=recover and is_active)
+            if not is_active and seg.next_offset != bases[i + 1] and seg.size:
+                log.warning("segment %s ends at offset %d but the next starts at %d",
+                            seg.path, seg.next_offset, bases[i + 1])
+            self.segments.append(seg)
+        if not self.segments:
+            self.segments.append(Segment(self.dir, 0, self.config.index_interval_bytes))
+        self._bases = [s.base_offset for s in self.segments]
+        self._durable_offset = self.next_offset
+
+    # -- properties ----------------------------------------------------------------------------
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def next_offset(self) -> int:
+        """The log end offset: the offset the next record will get."""
+        return self.segments[-1].next_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def durable_offset(self) -> int:
+        return self._durable_offset
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(self, batch: bytes | bytearray, *, verify_crc: bool = True) -> AppendInfo:
+        """Append one batch, assigning its offsets. The batch's own base offset is overwritten."""
+        header = decode_header(batch)
+        if header.size != len(batch):
+            raise CorruptRecord("batch length does not match its header")
+        if header.size > self.config.max_batch_bytes:
+            raise RecordTooLarge(f"batch of {header.size} bytes exceeds {self.config.max_batch_bytes}")
+        if header.record_count != header.last_offset_delta + 1:
+            raise CorruptRecord("record count does not match last offset delta")
+        if verify_crc and batch_crc(batch, 0, header.size) != header.crc:
+            raise CorruptRecord("batch CRC mismatch")
+        buf = batch if isinstance(batch, bytearray) else bytearray(batch)
+        now = now_ms()
+        with self._lock:
+            self._maybe_roll(header.size, now)
+            base = self.active.next_offset
+            set_base_offset(buf, base)
+            placed = BatchHeader(
+                base, header.batch_length, header.leader_epoch, header.magic, header.crc,
+                header.attributes, header.last_offset_delta, header.base_timestamp,
+                header.max_timestamp, header.producer_id, header.producer_epoch,
+                header.base_sequence, header.record_count,
+            )
+            try:
+                self.active.append(buf, placed, now)
+            except OSError as exc:
+                self._undo_partial_write()
+                raise StorageError(f"append failed: {exc}") from exc
+            return AppendInfo(base, placed.last_offset, header.record_count, header.max_timestamp,
+                              header.size)
+
+    def _undo_partial_write(self) -> None:
+        seg = self.active
+        try:
+            actual = os.fstat(seg.fd).st_size
+            if actual != seg.size:
+                os.ftruncate(seg.fd, seg.size)
+        except OSError:
+            log.exception("could not undo a partial write on %s", seg.path)
+
+    def _maybe_roll(self, incoming: int, now: int) -> None:
+        seg = self.active
+        if seg.size == 0:
+            return
+        too_big = seg.size + incoming > self.config.segment_bytes
+        too_old = seg.created_ms is not None and now - seg.created_ms >= self.config.segment_ms
+        offsets_full = seg.next_offset - seg.base_offset > 0xFFFFFFF0
+        if too_big or too_old or offsets_full:
+            self.roll()
+
+    def roll(self) -> None:
+        """Close the active segment (durably) and start a new one at the log end."""
+        with self._lock:
+            old = self.active
+            if old.size == 0:
+                return
+            old.sync()
+            seg = Segment(self.dir, old.next_offset, self.config.index_interval_bytes)
+            seg.next_offset = old.next_offset
+            self.segments.append(seg)
+            self._bases.append(seg.base_offset)
+
+    # -- durability ----------------------------------------------------------------------------
+
+    def sync_to(self, offset: int) -> None:
+        """Block until every record below ``offset`` is on disk. Concurrent callers share fsyncs."""
+        with self._sync_cond:
+            while True:
+                if self._durable_offset >= offset:
+                    return
+                if not self._syncing:
+                    self._syncing = True
+                    break
+                self._sync_cond.wait()
+        target = self._durable_offset
+        try:
+            with self._lock:
+                target = self.next_offset
+                dirty = [s for s in self.segments if s.dirty]
+            for seg in dirty:
+                if seg.fd >= 0:
+                    seg.sync()
+        except OSError as exc:
+            raise StorageError(f"fsync failed: {exc}") from exc
+        finally:
+            with self._sync_cond:
+                self._syncing = False
+                self._durable_offset = max(self._durable_offset, target)
+                self._sync_cond.notify_all()
+
+    def flush(self) -> None:
+        self.sync_to(self.next_offset)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _segment_for(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
+        """Read whole batches from the one holding ``offset``, stopping before ``max_offset``.
+
+        At least one batch is returned when one is visible, even if it is larger than ``max_bytes``,
+        so a consumer can always make progress.
+        """
+        with self._lock:
+            start = self.log_start_offset
+            end = self.next_offset
+            limit = end if max_offset is None else min(max_offset, end)
+            if offset < start or offset > end:
+                raise OffsetOutOfRange(f"offset {offset} outside [{start}, {end}]")
+            if offset >= limit:
+                return ReadResult(b"", offset, offset, 0, start, end)
+            i = self._segment_for(offset)
+            segments = self.segments[i:]
+        for seg in segments:
+            if seg.base_offset >= limit:
+                break
+            try:
+                seg_size = seg.size
+                pos, first = seg.find_position(offset, seg_size)
+            except (OSError, ValueError):
+                # The segment was deleted by retention while we looked; start over.
+                return self.read(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset)
+            if first is None:
+                continue
+            want = max(max_bytes, first.size)
+            data = seg.pread(min(want, seg_size - pos), pos)
+            taken = 0
+            count = 0
+            next_off = first.base_offset
+            for p, h in iter_batches(data):
+                if h.last_offset >= limit or (taken and p + h.size > max_bytes):
+                    break
+                taken = p + h.size
+                count += h.record_count
+                next_off = h.next_offset
+            return ReadResult(data[:taken], first.base_offset, next_off if taken else offset, count,
+                              start, end)
+        return ReadResult(b"", offset, offset, 0, start, end)
+
+    def read_records(self, offset: int, max_records: int, *, max_offset: int | None = None,
+                     max_bytes: int = 1 << 20) -> list[Record]:
+        """Decode records from ``offset`` (convenience for protocol layers and tests)."""
+        result = self.read(offset, max_bytes, max_offset=max_offset)
+        out: list[Record] = []
+        for p, _h in iter_batches(result.data):
+            for rec in decode_records(result.data, p):
+                if rec.offset >= offset and len(out) < max_records:
+                    out.append(rec)
+        return out
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is >= ``timestamp``; None if there is none."""
+        with self._lock:
+            segments = list(self.segments)
+        for seg in segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            pos, h = seg.find_timestamp_position(timestamp)
+            if h is None:
+                continue
+            data = seg.pread(h.size, pos)
+            for rec in decode_records(data):
+                if rec.timestamp >= timestamp:
+                    return rec.offset
+        return None
+
+    def batch_header_at(self, offset: int) -> BatchHeader | None:
+        with self._lock:
+            seg = self.segments[self._segment_for(offset)]
+        _pos, h = seg.find_position(offset)
+        return h
+
+    # -- truncation and retention --------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch whose base offset is >= ``offset`` (for replicas that diverged)."""
+        with self._lock:
+            if offset >= self.next_offset:
+                return
+            while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+                seg = self.segments.pop()
+                self._bases.pop()
+                seg.delete()
+            seg = self.active
+            pos, h = seg.find_position(offset)
+            if h is not None and h.base_offset < offset:
+                pos += h.size  # keep the batch that straddles ``offset``
+            seg.truncate_to_position(pos)
+            seg.next_offset = self._end_offset_of(seg)
+            with self._sync_cond:
+                self._durable_offset = min(self._durable_offset, seg.next_offset)
+
+    @staticmethod
+    def _end_offset_of(seg: Segment) -> int:
+        pos = seg.index.last_position()
+        next_offset = seg.base_offset
+        while pos < seg.size:
+            h = seg.header_at(pos)
+            next_offset = h.next_offset
+            pos += h.size
+        return next_offset
+
+    def apply_retention(self, now: int | None = None) -> int:
+        """Delete old segments by age and total size; never the active one. Returns how many."""
+        now = now_ms() if now is None else now
+        deleted = 0
+        with self._lock:
+            total = self.size_bytes
+            while len(self.segments) > 1:
+                seg = self.segments[0]
+                by_size = self.config.retention_bytes >= 0 and total - seg.size >= self.config.retention_bytes
+                newest = seg.max_timestamp if seg.max_timestamp >= 0 else (seg.created_ms or now)
+                by_age = self.config.retention_ms >= 0 and now - newest > self.config.retention_ms
+                if not (by_size or by_age):
+                    break
+                self.segments.pop(0)
+                self._bases.pop(0)
+                total -= seg.size
+                log.info("retention: deleting %s (%s)", seg.path, "size" if by_size else "age")
+                seg.delete()
+                deleted += 1
+        return deleted
+
+    def close(self) -> None:
+        with self._lock:
+            for seg in self.segments:
+                seg.close()
+
+    def delete(self) -> None:
+        with self._lock:
+            for seg in self.segments:
+                seg.delete()
+            self.segments = []
+
+
+__all__ = ["HEADER_SIZE", "AppendInfo", "PartitionLog", "ReadResult"]

@@ -1,0 +1,249 @@
+"""One segment: a log file of batches named by its 20-digit base offset, plus its two indexes."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bayou.errors import CorruptRecord
+from bayou.records.batch import HEADER_SIZE, BatchHeader, batch_crc, decode_header
+from bayou.storage.index import OffsetIndex, TimeIndex
+
+log = logging.getLogger("bayou.storage")
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+_SCAN_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """What a validating scan found: where valid data ends and why it stopped."""
+
+    valid_end: int
+    next_offset: int
+    max_timestamp: int
+    batches: int
+    error: str | None
+
+
+class Segment:
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+        self.base_offset = base_offset
+        name = segment_name(base_offset)
+        self.path = directory / (name + LOG_SUFFIX)
+        self.index = OffsetIndex(directory / (name + INDEX_SUFFIX))
+        self.time_index = TimeIndex(directory / (name + TIMEINDEX_SUFFIX))
+        self.index_interval_bytes = index_interval_bytes
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.created_ms: int | None = None  # time of the first append, for age-based rolling
+        self._bytes_since_index = 0
+        self.dirty = False
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int) -> int:
+        """Write one batch at the end; return its position."""
+        pos = self.size
+        if self._bytes_since_index >= self.index_interval_bytes or not self.index.positions and pos == 0:
+            rel = header.base_offset - self.base_offset
+            self.index.append(rel, pos)
+            self.time_index.maybe_append(max(self.max_timestamp, header.max_timestamp), rel)
+            self._bytes_since_index = 0
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        self.size += header.size
+        self._bytes_since_index += header.size
+        self.next_offset = header.next_offset
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+        if self.created_ms is None:
+            self.created_ms = now_ms
+        self.dirty = True
+        return pos
+
+    def sync(self) -> None:
+        os.fsync(self.fd)
+        self.index.sync()
+        self.time_index.sync()
+        self.dirty = False
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def pread(self, size: int, position: int) -> bytes:
+        return os.pread(self.fd, size, position)
+
+    def header_at(self, position: int) -> BatchHeader:
+        return decode_header(self.pread(HEADER_SIZE, position))
+
+    def find_position(self, offset: int, end: int | None = None) -> tuple[int, BatchHeader | None]:
+        """Position of the batch that holds ``offset`` (or the first after it), and its header.
+
+        Returns (size, None) when no batch at or after ``offset`` exists in this segment.
+        """
+        limit = self.size if end is None else end
+        pos = self.index.lookup(max(0, offset - self.base_offset))
+        while pos < limit:
+            chunk = self.pread(min(_SCAN_CHUNK, limit - pos), pos)
+            p = 0
+            while len(chunk) - p >= HEADER_SIZE:
+                h = decode_header(chunk, p)
+                if h.next_offset > offset:
+                    return pos + p, h
+                p += h.size
+            if p == 0:
+                break
+            pos += p
+        return limit, None
+
+    def find_timestamp_position(self, timestamp: int) -> tuple[int, BatchHeader | None]:
+        """Position of the first batch whose max timestamp is >= ``timestamp``."""
+        rel = self.time_index.lookup(timestamp)
+        pos, _ = self.find_position(self.base_offset + rel)
+        while pos < self.size:
+            h = self.header_at(pos)
+            if h.max_timestamp >= timestamp:
+                return pos, h
+            pos += h.size
+        return self.size, None
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    def scan(self, start: int, expected_offset: int | None, verify: bool) -> ScanResult:
+        """Walk batches from ``start``; with ``verify``, stop at the first torn or corrupt one."""
+        pos = start
+        next_offset = expected_offset if expected_offset is not None else self.base_offset
+        max_ts = -1
+        batches = 0
+        error: str | None = None
+        buf = b""
+        buf_start = pos
+        while pos < self.size:
+            rel = pos - buf_start
+            if len(buf) - rel < HEADER_SIZE:
+                buf = self.pread(_SCAN_CHUNK, pos)
+                buf_start, rel = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    error = f"torn batch header at position {pos}"
+                    break
+            try:
+                h = decode_header(buf, rel)
+            except CorruptRecord as exc:
+                error = f"{exc} at position {pos}"
+                break
+            if pos + h.size > self.size:
+                error = f"torn batch at position {pos} ({h.size} bytes, {self.size - pos} present)"
+                break
+            if verify:
+                if expected_offset is not None and h.base_offset != next_offset:
+                    error = f"offset gap at position {pos}: batch starts {h.base_offset}, expected {next_offset}"
+                    break
+                if len(buf) - rel < h.size:
+                    buf = self.pread(max(_SCAN_CHUNK, h.size), pos)
+                    buf_start, rel = pos, 0
+                if batch_crc(buf, rel, h.size) != h.crc:
+                    error = f"CRC mismatch at position {pos} (offset {h.base_offset})"
+                    break
+            next_offset = h.next_offset
+            max_ts = max(max_ts, h.max_timestamp)
+            pos += h.size
+            batches += 1
+        return ScanResult(pos, next_offset, max_ts, batches, error)
+
+    def rebuild_indexes(self, start: int = 0) -> None:
+        """Recreate index entries for batches from ``start`` (0: from scratch)."""
+        if start == 0:
+            self.index.clear_memory()
+            self.time_index.clear_memory()
+            self.index.rewrite()
+            self.time_index.rewrite()
+        pos = start
+        since = self.index_interval_bytes if start == 0 else 0
+        max_ts = self.max_timestamp if start else -1
+        while pos < self.size:
+            h = self.header_at(pos)
+            max_ts = max(max_ts, h.max_timestamp)
+            if since >= self.index_interval_bytes:
+                rel = h.base_offset - self.base_offset
+                self.index.append(rel, pos)
+                self.time_index.maybe_append(max_ts, rel)
+                since = 0
+            since += h.size
+            pos += h.size
+        self._bytes_since_index = since
+
+    def load(self, *, recover: bool) -> int:
+        """Open an existing segment. With ``recover``, validate from the last index point and truncate
+        a torn or corrupt tail. Returns how many bytes were cut."""
+        max_rel = 0xFFFFFFFF
+        ok = self.index.load(self.size, max_rel) and self.time_index.load(max_rel)
+        if not ok and self.size:
+            log.info("rebuilding indexes of %s", self.path)
+        start = self.index.last_position() if ok else 0
+        start_offset: int | None = None
+        if ok and self.index.rel_offsets:
+            start_offset = self.base_offset + self.index.rel_offsets[-1]
+            try:
+                h = self.header_at(start)
+                if h.base_offset != start_offset:
+                    raise CorruptRecord("index points at the wrong batch")
+            except CorruptRecord:
+                ok, start, start_offset = False, 0, None
+        if start == 0:
+            start_offset = self.base_offset
+        if start:
+            self.max_timestamp = self.time_index.last_timestamp or -1
+        result = self.scan(start, start_offset, verify=recover)
+        self.max_timestamp = max(self.max_timestamp, result.max_timestamp)
+        cut = 0
+        if result.error is not None and recover:
+            log.warning(
+                "recovery: truncating %s at position %d (%d bytes cut): %s",
+                self.path, result.valid_end, self.size - result.valid_end, result.error,
+            )
+            cut = self.size - result.valid_end
+            self.truncate_to_position(result.valid_end)
+        elif result.error is not None:
+            raise CorruptRecord(f"{self.path}: {result.error}")
+        self.next_offset = result.next_offset
+        self.rebuild_indexes(start if ok else 0)
+        if self.size:
+            self.created_ms = int(os.stat(self.path).st_mtime * 1000)
+        return cut
+
+    def truncate_to_position(self, position: int) -> None:
+        os.ftruncate(self.fd, position)
+        os.fsync(self.fd)
+        self.size = position
+        self.index.truncate_to_position(position)
+        last_rel = self.index.rel_offsets[-1] if self.index.rel_offsets else 0
+        self.time_index.truncate_to_rel_offset(last_rel + 1)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        for p in (self.path, self.index.path, self.time_index.path):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
