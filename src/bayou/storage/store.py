@@ -4,6 +4,7 @@
     <data>/.clean_shutdown          written last on a graceful stop; its absence means recovery
     <data>/topics/<topic>/topic.json
     <data>/topics/<topic>/<partition>/<20-digit base offset>.log|.index|.timeindex
+    <data>/trash/                   deleted topics, removed in the background and at start-up
 """
 
 from __future__ import annotations
@@ -73,8 +74,7 @@ class Store:
         if self.was_clean:
             marker.unlink()
             fsync_dir(self.root)
-        for leftover in self.topics_dir.glob("*.deleted-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
+        shutil.rmtree(self.root / "trash", ignore_errors=True)
         return self.was_clean
 
     def mark_clean(self) -> None:
@@ -123,7 +123,9 @@ class Store:
         tdir = self.topic_dir(name)
         if not tdir.exists():
             return
-        tomb = self.topics_dir / f"{name}.deleted-{time.time_ns()}"
+        trash = self.root / "trash"
+        trash.mkdir(exist_ok=True)
+        tomb = trash / f"{name}-{time.time_ns()}"
         os.replace(tdir, tomb)
         fsync_dir(self.topics_dir)
         shutil.rmtree(tomb, ignore_errors=True)

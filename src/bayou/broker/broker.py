@@ -1,0 +1,533 @@
+"""The one async API every protocol front end calls."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from bayou.broker.groups.coordinator import GroupCoordinator, GroupDescription, GroupView
+from bayou.broker.metadata import ClusterMetadata
+from bayou.broker.partition import FOLLOWER, LEADER, Partition
+from bayou.broker.persist import StateFile
+from bayou.broker.settings import BrokerConfig
+from bayou.errors import (
+    BrokerShuttingDown,
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidRequest,
+    NotLeader,
+    OffsetOutOfRange,
+    ReplicationTimeout,
+    TopicAlreadyExists,
+    UnknownPartition,
+    UnknownTopic,
+)
+from bayou.storage import LogConfig, PartitionLog, Store, TopicMeta, apply_overrides, validate_topic_name
+
+log = logging.getLogger("bayou.broker")
+
+MAX_PARTITIONS = 10_000
+
+
+class Acks(enum.IntEnum):
+    NONE = 0
+    LEADER = 1
+    ALL = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    partition: int
+    base_offset: int
+    last_offset: int
+    high_watermark: int  # exclusive
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    data: bytes  # whole batches; the first may start before the requested offset
+    record_count: int
+    next_offset: int
+    high_watermark: int  # exclusive
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    role: str
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    size_bytes: int
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+    config: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaReport:
+    acked_offset: int
+    high_watermark: int  # inclusive, -1 when empty
+    isr: tuple[int, ...]
+    under_replicated: bool
+
+
+@dataclass(slots=True)
+class Topic:
+    meta: TopicMeta
+    log_config: LogConfig
+    partitions: list[Partition] = field(default_factory=list)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.store = Store(config.data_dir)
+        self.topics: dict[str, Topic] = {}
+        self.metadata = ClusterMetadata(config.broker_id)
+        self.groups = GroupCoordinator(config.group_session_timeout_ms, self.partition_count)
+        self._groups_file = StateFile(config.data_dir / "groups.json", self.groups.groups_json)
+        self._offsets_file = StateFile(config.data_dir / "offsets.json", self.groups.offsets_json)
+        self._io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="bayou-io")
+        self._admin_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._groups_dirty = False
+        self.closing = False
+        self.started = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._io, self._open_storage)
+        self.metadata.register_broker(self.config.broker_id, "127.0.0.1", 0)
+        for name, topic in self.topics.items():
+            self.metadata.add_topic(name, len(topic.partitions), self._topic_rf(topic.meta))
+        self._load_group_state()
+        self._tasks = [
+            loop.create_task(self._retention_loop(), name="retention"),
+            loop.create_task(self._flush_loop(), name="flush"),
+            loop.create_task(self._groups_persist_loop(), name="groups-persist"),
+        ]
+        self.started = True
+
+    def _open_storage(self) -> None:
+        clean = self.store.open()
+        if not clean:
+            log.info("no clean-shutdown marker in %s: validating active segments", self.config.data_dir)
+        for name, meta in self.store.load_topics().items():
+            cfg = apply_overrides(self.config.log, meta.config)
+            topic = Topic(meta, cfg)
+            for p in range(meta.partitions):
+                plog = self.store.open_log(name, p, cfg)
+                if plog.truncated_bytes:
+                    log.warning("recovered %s/%d: cut %d bytes of torn or corrupt tail",
+                                name, p, plog.truncated_bytes)
+                topic.partitions.append(Partition(name, p, plog, self.config))
+            self.topics[name] = topic
+
+    def _load_group_state(self) -> None:
+        for file, loader in ((self._groups_file, self.groups.load_groups),
+                             (self._offsets_file, self.groups.load_offsets)):
+            data = file.load()
+            if data is None:
+                continue
+            try:
+                loader(data)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("ignoring unreadable %s: %s", file.path, exc)
+
+    async def stop(self) -> None:
+        """Flush everything, persist group state and leave the clean-shutdown marker."""
+        if not self.started:
+            return
+        self.closing = True
+        self.started = False
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for topic in self.topics.values():
+            for part in topic.partitions:
+                part.notify()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._io, self._close_storage)
+        self._io.shutdown(wait=True)
+
+    def _close_storage(self) -> None:
+        for topic in self.topics.values():
+            for part in topic.partitions:
+                part.log.flush()
+                part.log.close()
+        self._groups_file.write_now()
+        self._offsets_file.write_now()
+        self.store.mark_clean()
+        self.store.close()
+        log.info("broker stopped cleanly")
+
+    # -- topics --------------------------------------------------------------------------------
+
+    def partition_count(self, topic: str) -> int:
+        t = self.topics.get(topic)
+        return len(t.partitions) if t else self.config.default_partitions
+
+    def _topic_rf(self, meta: TopicMeta) -> int:
+        try:
+            return int(meta.config.get("replication.factor", self.config.replication_factor))
+        except ValueError:
+            return self.config.replication_factor
+
+    async def create_topic(self, name: str, partitions: int | None = None,
+                           config: dict[str, str] | None = None, *, exist_ok: bool = False) -> Topic:
+        validate_topic_name(name)
+        n = self.config.default_partitions if partitions is None else partitions
+        if not 1 <= n <= MAX_PARTITIONS:
+            raise InvalidPartitions(f"partitions must be between 1 and {MAX_PARTITIONS}")
+        overrides = dict(config or {})
+        rf = overrides.pop("replication.factor", None)
+        log_cfg = apply_overrides(self.config.log, overrides)
+        if rf is not None:
+            overrides["replication.factor"] = str(int(rf))
+        async with self._admin_lock:
+            existing = self.topics.get(name)
+            if existing is not None:
+                if exist_ok:
+                    return existing
+                raise TopicAlreadyExists(f"topic {name} already exists")
+            meta = TopicMeta(name, n, overrides)
+            loop = asyncio.get_running_loop()
+            topic = await loop.run_in_executor(self._io, self._create_topic_files, meta, log_cfg)
+            self.topics[name] = topic
+            self.metadata.add_topic(name, n, self._topic_rf(meta))
+            log.info("created topic %s with %d partitions", name, n)
+            return topic
+
+    def _create_topic_files(self, meta: TopicMeta, cfg: LogConfig) -> Topic:
+        self.store.write_topic(meta)
+        topic = Topic(meta, cfg)
+        for p in range(meta.partitions):
+            topic.partitions.append(Partition(meta.name, p, self.store.open_log(meta.name, p, cfg),
+                                              self.config))
+        return topic
+
+    async def ensure_topic(self, name: str) -> Topic:
+        """The topic, created with defaults first if auto-creation is on."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        validate_topic_name(name)
+        if not self.config.auto_create_topics:
+            raise UnknownTopic(f"unknown topic {name}")
+        return await self.create_topic(name, exist_ok=True)
+
+    def topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopic(f"unknown topic {name}")
+        return topic
+
+    def partition(self, topic: str, partition: int) -> Partition:
+        t = self.topic(topic)
+        if not 0 <= partition < len(t.partitions):
+            raise UnknownPartition(f"topic {topic} has no partition {partition}")
+        return t.partitions[partition]
+
+    def list_topics(self) -> list[str]:
+        return sorted(self.topics)
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        t = self.topic(name)
+        parts = tuple(
+            PartitionInfo(p.index, p.role, p.log.log_start_offset, p.log.next_offset, p.high_watermark,
+                          p.log.size_bytes, len(p.log.segments))
+            for p in t.partitions
+        )
+        return TopicInfo(name, parts, dict(t.meta.config))
+
+    async def delete_topic(self, name: str) -> None:
+        async with self._admin_lock:
+            topic = self.topic(name)
+            del self.topics[name]
+            for part in topic.partitions:
+                part.notify()
+            loop = asyncio.get_running_loop()
+
+            def _delete() -> None:
+                for part in topic.partitions:
+                    part.log.close()
+                self.store.delete_topic(name)
+
+            await loop.run_in_executor(self._io, _delete)
+            self.metadata.remove_topic(name)
+            self.groups.forget_topic(name)
+            await self._offsets_file.save()
+            log.info("deleted topic %s", name)
+
+    async def add_partitions(self, name: str, total: int) -> Topic:
+        async with self._admin_lock:
+            topic = self.topic(name)
+            have = len(topic.partitions)
+            if total <= have or total > MAX_PARTITIONS:
+                raise InvalidPartitions(f"topic {name} has {have} partitions; the new count must be larger")
+            loop = asyncio.get_running_loop()
+
+            def _add() -> list[Partition]:
+                new = [Partition(name, p, self.store.open_log(name, p, topic.log_config), self.config)
+                       for p in range(have, total)]
+                topic.meta.partitions = total
+                self.store.write_topic(topic.meta)
+                return new
+
+            topic.partitions.extend(await loop.run_in_executor(self._io, _add))
+            self.metadata.add_topic(name, total, self._topic_rf(topic.meta))
+            return topic
+
+    async def alter_topic_config(self, name: str, changes: dict[str, str | None]) -> dict[str, str]:
+        """Set (or with None, remove) topic config keys; applies to the partitions at once."""
+        async with self._admin_lock:
+            topic = self.topic(name)
+            merged = dict(topic.meta.config)
+            for k, v in changes.items():
+                if v is None:
+                    merged.pop(k, None)
+                else:
+                    merged[k] = v
+            overrides = {k: v for k, v in merged.items() if k != "replication.factor"}
+            try:
+                cfg = apply_overrides(self.config.log, overrides)
+            except (TypeError, ValueError) as exc:
+                raise InvalidConfig(str(exc)) from None
+            topic.meta.config = merged
+            await asyncio.get_running_loop().run_in_executor(self._io, self.store.write_topic, topic.meta)
+            topic.log_config = cfg
+            for part in topic.partitions:
+                part.log.config = cfg
+            return merged
+
+    # -- produce and fetch ---------------------------------------------------------------------
+
+    def _check_leader(self, part: Partition) -> None:
+        meta = self.metadata.partitions.get((part.topic, part.index))
+        if part.role != LEADER or (meta is not None and meta.leader != self.config.broker_id):
+            raise NotLeader()
+
+    async def produce(self, topic: str, partition: int, batch: bytes | bytearray,
+                      acks: Acks = Acks.LEADER) -> ProduceResult:
+        """Append one batch (its base offset is assigned here) and acknowledge per ``acks``."""
+        if self.closing:
+            raise BrokerShuttingDown()
+        t = await self.ensure_topic(topic)
+        if not 0 <= partition < len(t.partitions):
+            raise UnknownPartition(f"topic {topic} has no partition {partition}")
+        part = t.partitions[partition]
+        self._check_leader(part)
+        info = part.log.append(batch)
+        end = info.last_offset + 1
+        if part.log.config.fsync.mode == "always":
+            await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)
+        part.notify()
+        if acks == Acks.ALL:
+            await self._await_replication(part, info.last_offset)
+        return ProduceResult(partition, info.base_offset, info.last_offset, part.high_watermark,
+                             part.log.log_start_offset)
+
+    async def _await_replication(self, part: Partition, last_offset: int) -> None:
+        deadline = time.monotonic() + self.config.ack_all_timeout_ms / 1000
+        while not part.replicas.acks_all_satisfied(last_offset, part.leader_last):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ReplicationTimeout()
+            await asyncio.sleep(min(0.002, left))
+
+    async def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
+                    max_wait_ms: int = 0, min_bytes: int = 1) -> FetchResult:
+        """Whole batches from the one holding ``offset`` up to the high watermark.
+
+        With ``max_wait_ms``, waits until at least ``min_bytes`` are available or the time passes.
+        An offset below the log start raises OffsetOutOfRange; one at or past the end returns
+        nothing (after the wait).
+        """
+        part = self.partition(topic, partition)
+        if offset < 0:
+            raise OffsetOutOfRange(f"negative offset {offset}")
+        deadline = time.monotonic() + max_wait_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            hw = part.high_watermark
+            start = part.log.log_start_offset
+            if offset < start:
+                raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")
+            if offset < hw:
+                r = await loop.run_in_executor(self._io, self._read, part, offset, max_bytes, hw)
+                if r is not None and (len(r.data) >= min_bytes or time.monotonic() >= deadline):
+                    return r
+            left = deadline - time.monotonic()
+            if left <= 0 or self.closing:
+                return FetchResult(b"", 0, offset, hw, start, part.log.next_offset)
+            await part.wait_for_data(left)
+            if self.topics.get(topic) is None:
+                raise UnknownTopic(f"unknown topic {topic}")
+
+    @staticmethod
+    def _read(part: Partition, offset: int, max_bytes: int, hw: int) -> FetchResult | None:
+        try:
+            r = part.log.read(offset, max_bytes, max_offset=hw)
+        except OffsetOutOfRange:
+            return None
+        return FetchResult(r.data, r.record_count, r.next_offset, hw, r.log_start_offset, r.log_end_offset)
+
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
+        part = self.partition(topic, partition)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._io, part.log.offset_for_timestamp, timestamp)
+
+    # -- roles and follower progress (single node) ---------------------------------------------
+
+    async def set_partition_role(self, topic: str, partition: int, role: str) -> Partition:
+        if role not in (LEADER, FOLLOWER):
+            raise InvalidRequest("invalid role")
+        t = await self.ensure_topic(topic)
+        if not 0 <= partition < len(t.partitions):
+            raise UnknownPartition(f"partition not found: topic={topic} partition={partition}")
+        part = t.partitions[partition]
+        part.role = role
+        meta = self.metadata.partitions.get((topic, partition))
+        if meta is not None and meta.leader != self.config.broker_id:
+            self.metadata.set_leader(topic, partition, self.config.broker_id, None)
+        return part
+
+    async def replica_progress(self, topic: str, partition: int, replica_id: int,
+                               offset: int) -> ReplicaReport:
+        """Record that follower ``replica_id`` holds everything up to ``offset`` (inclusive)."""
+        t = await self.ensure_topic(topic)
+        if not 0 <= partition < len(t.partitions):
+            raise UnknownPartition(f"topic {topic} has no partition {partition}")
+        part = t.partitions[partition]
+        if not part.replicas.valid_replica(replica_id):
+            raise InvalidRequest("invalid replica id")
+        if part.role != LEADER:
+            raise NotLeader("partition is not leader")
+        part.replicas.report(replica_id, offset, part.leader_last)
+        part.notify()
+        isr = tuple(part.replicas.isr(part.leader_last))
+        return ReplicaReport(offset, part.high_watermark - 1, isr, len(isr) < part.replicas.min_isr)
+
+    # -- consumer groups and offsets -----------------------------------------------------------
+
+    async def join_group(self, group: str, topic: str, member: str, assignor: str | None = None) -> GroupView:
+        view = self.groups.join(group, topic, member, assignor)
+        await self._groups_file.save()
+        return view
+
+    async def sync_group(self, group: str, topic: str, member: str, generation: int) -> GroupView:
+        view = self.groups.sync(group, topic, member, generation)
+        await self._groups_file.save()
+        return view
+
+    async def heartbeat(self, group: str, topic: str, member: str, generation: int) -> None:
+        before = self._generation(group)
+        try:
+            self.groups.heartbeat(group, topic, member, generation)
+        finally:
+            if self._generation(group) != before:
+                await self._groups_file.save()
+        self._groups_dirty = True
+
+    async def leave_group(self, group: str, topic: str, member: str, generation: int) -> None:
+        try:
+            self.groups.leave(group, topic, member, generation)
+        finally:
+            await self._groups_file.save()
+
+    async def commit_offset(self, group: str, topic: str, partition: int, offset: int, *,
+                            member: str | None = None, generation: int | None = None) -> None:
+        """Store a committed offset durably; with a member, check its generation and ownership."""
+        if offset < 0:
+            raise OffsetOutOfRange("invalid offset")
+        if member is not None and generation is not None:
+            before = self._generation(group)
+            try:
+                self.groups.check_commit(group, topic, member, generation, partition)
+            finally:
+                if self._generation(group) != before:
+                    await self._groups_file.save()
+        self.groups.store_offset(group, topic, partition, offset)
+        await self._offsets_file.save()
+
+    def committed_offset(self, group: str, topic: str, partition: int) -> int | None:
+        return self.groups.committed(group, topic, partition)
+
+    def describe_group(self, group: str) -> GroupDescription:
+        return self.groups.describe(group)
+
+    def _generation(self, group: str) -> int:
+        g = self.groups.groups.get(group)
+        return g.generation if g else 0
+
+    # -- background work -----------------------------------------------------------------------
+
+    async def _retention_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.retention_check_interval_ms / 1000)
+            await self.run_retention(loop)
+
+    async def run_retention(self, loop: asyncio.AbstractEventLoop | None = None) -> int:
+        loop = loop or asyncio.get_running_loop()
+        deleted = 0
+        for topic in list(self.topics.values()):
+            for part in topic.partitions:
+                try:
+                    deleted += await loop.run_in_executor(self._io, part.log.apply_retention, None)
+                except OSError:
+                    log.exception("retention failed for %s/%d", part.topic, part.index)
+        return deleted
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            intervals = [p.log.config.fsync.interval_ms for t in self.topics.values()
+                         for p in t.partitions if p.log.config.fsync.mode == "interval"]
+            tick = max(0.005, min(intervals) / 1000) if intervals else 0.2
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for topic in list(self.topics.values()):
+                for part in topic.partitions:
+                    pol = part.log.config.fsync
+                    if pol.mode != "interval" or now - part.last_flush < pol.interval_ms / 1000:
+                        continue
+                    part.last_flush = now
+                    if part.log.durable_offset < part.log.next_offset:
+                        try:
+                            await loop.run_in_executor(self._io, part.log.flush)
+                        except OSError:
+                            log.exception("flush failed for %s/%d", part.topic, part.index)
+
+    async def _groups_persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_persist_interval_ms / 1000)
+            if self._groups_dirty:
+                self._groups_dirty = False
+                await self._groups_file.save(wait=False)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "topics": len(self.topics),
+            "partitions": sum(len(t.partitions) for t in self.topics.values()),
+            "groups": len(self.groups.groups),
+        }
+
+
+__all__ = ["Acks", "Broker", "FetchResult", "PartitionLog", "ProduceResult", "TopicInfo"]

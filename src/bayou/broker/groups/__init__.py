@@ -1,0 +1,1 @@
+"""Consumer groups: one model shared by every protocol."""

@@ -1,0 +1,256 @@
+"""Group membership, generations, session expiry and assignment; committed offsets.
+
+Semantics (those of the V1 protocol's original broker, which the other protocols' eager groups
+share): a new group starts at generation 1; each new member, leave, expiry sweep that removes
+someone, assignor change or topic change adds 1; a re-join by an existing member only refreshes its
+liveness. Expiry is checked lazily at the start of every group operation. Assignment is computed
+on the broker with the group's assignor over the topic's partitions.
+
+This module is plain in-memory logic; the broker persists ``snapshot()`` after each change.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bayou.broker.groups.assignors import ASSIGNORS
+from bayou.broker.groups.state import GroupEvent, GroupState, transition
+from bayou.errors import (
+    GroupNotFound,
+    IllegalGeneration,
+    InvalidRequest,
+    PartitionNotAssigned,
+    UnknownMember,
+)
+
+DEFAULT_ASSIGNOR = "round_robin"
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    last_seen_ms: int
+    generation_confirmed: int = 0
+
+
+@dataclass(slots=True)
+class Group:
+    name: str
+    topic: str
+    generation: int = 1
+    assignor: str = DEFAULT_ASSIGNOR
+    members: dict[str, Member] = field(default_factory=dict)  # join order
+    assignments: dict[str, list[int]] = field(default_factory=dict)
+    state: GroupState = GroupState.EMPTY
+
+    def fire(self, event: GroupEvent) -> None:
+        self.state = transition(self.state, event)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    generation: int
+    assignment: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    name: str
+    topic: str
+    generation: int
+    assignor: str
+    state: str
+    members: tuple[tuple[str, int, tuple[int, ...]], ...]  # (id, last_seen_ms, partitions)
+
+
+class GroupCoordinator:
+    def __init__(self, session_timeout_ms: int, partition_count: Callable[[str], int],
+                 clock: Callable[[], int] = wall_ms) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self.partition_count = partition_count
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[tuple[str, str, int], int] = {}
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _rebalance(self, g: Group) -> None:
+        g.assignments = ASSIGNORS[g.assignor](list(g.members), self.partition_count(g.topic))
+        g.fire(GroupEvent.MEMBERSHIP_CHANGED if g.members else GroupEvent.LAST_MEMBER_GONE)
+
+    def _sweep(self, g: Group) -> bool:
+        now = self.clock()
+        dead = [m for m, mem in g.members.items() if now - mem.last_seen_ms > self.session_timeout_ms]
+        if not dead:
+            return False
+        for m in dead:
+            del g.members[m]
+        g.generation += 1
+        self._rebalance(g)
+        return True
+
+    def _checked(self, group: str, topic: str, member: str, generation: int) -> tuple[Group, Member]:
+        g = self.groups.get(group)
+        if g is None or g.topic != topic:
+            raise GroupNotFound()
+        self._sweep(g)
+        if generation != g.generation:
+            raise IllegalGeneration()
+        mem = g.members.get(member)
+        if mem is None:
+            raise UnknownMember()
+        return g, mem
+
+    def _confirm(self, g: Group, mem: Member) -> None:
+        mem.last_seen_ms = self.clock()
+        mem.generation_confirmed = g.generation
+        if g.state is not GroupState.EMPTY and all(
+            m.generation_confirmed == g.generation for m in g.members.values()
+        ):
+            g.fire(GroupEvent.ALL_CONFIRMED)
+
+    def _view(self, g: Group, member: str) -> GroupView:
+        return GroupView(g.generation, tuple(g.assignments.get(member, ())))
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def join(self, group: str, topic: str, member: str, assignor: str | None = None) -> GroupView:
+        if assignor is not None and assignor not in ASSIGNORS:
+            raise InvalidRequest(f"unknown assignor {assignor!r}")
+        g = self.groups.get(group)
+        if g is None:
+            g = self.groups[group] = Group(group, topic, assignor=assignor or DEFAULT_ASSIGNOR)
+        if g.topic != topic:
+            g.topic = topic
+            g.members.clear()
+            g.generation += 1
+            self._rebalance(g)
+        if assignor is not None and assignor != g.assignor:
+            g.assignor = assignor
+            g.generation += 1
+            self._rebalance(g)
+        self._sweep(g)
+        mem = g.members.get(member)
+        if mem is None:
+            g.members[member] = Member(member, self.clock())
+            g.generation += 1
+            self._rebalance(g)
+        else:
+            mem.last_seen_ms = self.clock()
+        return self._view(g, member)
+
+    def sync(self, group: str, topic: str, member: str, generation: int) -> GroupView:
+        g, mem = self._checked(group, topic, member, generation)
+        self._confirm(g, mem)
+        return self._view(g, member)
+
+    def heartbeat(self, group: str, topic: str, member: str, generation: int) -> None:
+        g, mem = self._checked(group, topic, member, generation)
+        self._confirm(g, mem)
+
+    def leave(self, group: str, topic: str, member: str, generation: int) -> None:
+        g, _mem = self._checked(group, topic, member, generation)
+        del g.members[member]
+        g.generation += 1
+        self._rebalance(g)
+
+    def check_commit(self, group: str, topic: str, member: str, generation: int, partition: int) -> None:
+        """Validate a member's commit: group, expiry, generation, membership, ownership."""
+        g, _mem = self._checked(group, topic, member, generation)
+        if partition not in g.assignments.get(member, ()):
+            raise PartitionNotAssigned()
+
+    def store_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        self.offsets[(group, topic, partition)] = offset
+
+    def committed(self, group: str, topic: str, partition: int) -> int | None:
+        return self.offsets.get((group, topic, partition))
+
+    def sweep_all(self) -> list[str]:
+        return [name for name, g in self.groups.items() if self._sweep(g)]
+
+    def describe(self, group: str) -> GroupDescription:
+        g = self.groups.get(group)
+        if g is None:
+            raise GroupNotFound()
+        self._sweep(g)
+        return GroupDescription(
+            g.name, g.topic, g.generation, g.assignor, g.state.value,
+            tuple((m.member_id, m.last_seen_ms, tuple(g.assignments.get(m.member_id, ())))
+                  for m in g.members.values()),
+        )
+
+    def list_groups(self) -> list[str]:
+        return sorted(self.groups)
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop committed offsets of a deleted topic."""
+        for key in [k for k in self.offsets if k[1] == topic]:
+            del self.offsets[key]
+
+    # -- persistence (the V1 broker's groups.json / offsets.json shapes) -----------------------
+
+    def groups_json(self) -> bytes:
+        out: dict[str, Any] = {}
+        for name in sorted(self.groups):
+            g = self.groups[name]
+            order = list(g.members)
+            out[name] = {
+                "topic": g.topic,
+                "generation": g.generation,
+                "assignor": g.assignor,
+                "member_order": order or None,
+                "assignments": {m: g.assignments.get(m, []) for m in order},
+                "members": [{"consumer_id": m.member_id, "last_heartbeat_unix_ms": m.last_seen_ms}
+                            for m in g.members.values()],
+            }
+        return _go_json(out)
+
+    def offsets_json(self) -> bytes:
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for (group, topic, partition), off in sorted(self.offsets.items()):
+            out.setdefault(group, {}).setdefault(topic, {})[str(partition)] = off
+        return _go_json(out)
+
+    def load_groups(self, data: bytes) -> None:
+        raw = json.loads(data)
+        if not isinstance(raw, dict):
+            raise ValueError("groups.json must hold an object")
+        for name, gd in raw.items():
+            assignor = gd.get("assignor") or DEFAULT_ASSIGNOR
+            if assignor not in ASSIGNORS:
+                assignor = DEFAULT_ASSIGNOR
+            g = Group(str(name), str(gd["topic"]), max(1, int(gd.get("generation") or 1)), assignor)
+            for m in gd.get("members") or []:
+                mid = str(m["consumer_id"])
+                g.members[mid] = Member(mid, int(m.get("last_heartbeat_unix_ms") or 0))
+            for mid, parts in (gd.get("assignments") or {}).items():
+                if mid in g.members:
+                    g.assignments[mid] = [int(p) for p in parts or []]
+            g.state = GroupState.COMPLETING_REBALANCE if g.members else GroupState.EMPTY
+            self.groups[g.name] = g
+
+    def load_offsets(self, data: bytes) -> None:
+        raw = json.loads(data)
+        if not isinstance(raw, dict):
+            raise ValueError("offsets.json must hold an object")
+        for group, topics in raw.items():
+            for topic, parts in (topics or {}).items():
+                for p, off in (parts or {}).items():
+                    self.offsets[(str(group), str(topic), int(p))] = int(off)
+
+
+def _go_json(obj: Any) -> bytes:
+    """Compact JSON as Go's encoder writes it (``<``, ``>``, ``&`` escaped), plus a newline."""
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return (text + "\n").encode("utf-8")

@@ -1,0 +1,58 @@
+"""A partition as the broker runs it: its log, its role, follower progress and long-poll waiters."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bayou.broker.replication import ReplicaTracker
+from bayou.broker.settings import BrokerConfig
+from bayou.storage.log import PartitionLog
+
+LEADER = "leader"
+FOLLOWER = "follower"
+
+
+class Partition:
+    def __init__(self, topic: str, index: int, log: PartitionLog, config: BrokerConfig) -> None:
+        self.topic = topic
+        self.index = index
+        self.log = log
+        self.role = LEADER
+        self.replicas = ReplicaTracker(config.replication_factor, config.min_insync_replicas,
+                                       config.replica_max_lag, config.replica_lag_timeout_ms)
+        self._waiters: list[asyncio.Future[None]] = []
+        self.last_flush = 0.0
+
+    @property
+    def leader_last(self) -> int:
+        """The last offset in the leader's log (inclusive), -1 when empty."""
+        return self.log.next_offset - 1
+
+    @property
+    def high_watermark(self) -> int:
+        """Exclusive high watermark: consumers see offsets below it.
+
+        Under fsync=always only records already on disk count, so nothing a crash can take back is
+        ever served.
+        """
+        hw = self.replicas.high_watermark(self.leader_last) + 1
+        if self.log.config.fsync.mode == "always":
+            hw = min(hw, self.log.durable_offset)
+        return hw
+
+    def notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def wait_for_data(self, timeout: float) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            if fut in self._waiters:
+                self._waiters.remove(fut)

@@ -1,0 +1,69 @@
+"""Durable JSON state files written by write-temp, fsync, rename, with coalescing.
+
+Many changes in a burst (commits from several consumers) share one write: ``save()`` returns when
+a snapshot taken after the caller's change is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from bayou.storage.fsutil import atomic_write
+
+log = logging.getLogger("bayou.broker")
+
+
+class StateFile:
+    def __init__(self, path: Path, snapshot: Callable[[], bytes]) -> None:
+        self.path = path
+        self.snapshot = snapshot
+        self._version = 0
+        self._written = 0
+        self._writer: asyncio.Task[None] | None = None
+        self._cond: asyncio.Condition | None = None
+
+    def _condition(self) -> asyncio.Condition:
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    async def save(self, wait: bool = True) -> None:
+        self._version += 1
+        target = self._version
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        if not wait:
+            return
+        cond = self._condition()
+        async with cond:
+            await cond.wait_for(lambda: self._written >= target)
+
+    async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._written < self._version:
+            v = self._version
+            data = self.snapshot()
+            try:
+                await loop.run_in_executor(None, atomic_write, self.path, data)
+            except OSError:
+                log.exception("could not write %s", self.path)
+                await asyncio.sleep(0.1)
+                continue
+            self._written = v
+            cond = self._condition()
+            async with cond:
+                cond.notify_all()
+
+    def write_now(self) -> None:
+        """Synchronous final write (shutdown)."""
+        atomic_write(self.path, self.snapshot())
+        self._written = self._version
+
+    def load(self) -> bytes | None:
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return None

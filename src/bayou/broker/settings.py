@@ -1,0 +1,37 @@
+"""Broker-wide settings, with the V1 broker's defaults where a protocol observes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bayou.errors import InvalidConfig
+from bayou.storage.config import LogConfig
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    data_dir: Path = Path("data")
+    broker_id: int = 0
+    default_partitions: int = 3
+    auto_create_topics: bool = True
+    log: LogConfig = field(default_factory=LogConfig)
+    # Replication as a single node reports it (followers report progress with REPLICA_FETCH).
+    replication_factor: int = 3
+    min_insync_replicas: int = 2
+    replica_max_lag: int = 0
+    replica_lag_timeout_ms: int = 10_000
+    ack_all_timeout_ms: int = 2_000
+    group_session_timeout_ms: int = 10_000
+    retention_check_interval_ms: int = 30_000
+    heartbeat_persist_interval_ms: int = 1_000
+
+    def __post_init__(self) -> None:
+        if self.default_partitions < 1:
+            raise InvalidConfig("default partitions must be >= 1")
+        if self.replication_factor < 1:
+            raise InvalidConfig("replication factor must be >= 1")
+        if not 1 <= self.min_insync_replicas <= self.replication_factor:
+            raise InvalidConfig("min in-sync replicas must be between 1 and the replication factor")
+        if self.ack_all_timeout_ms <= 0 or self.group_session_timeout_ms <= 0:
+            raise InvalidConfig("timeouts must be positive")
