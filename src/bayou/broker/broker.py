@@ -352,12 +352,12 @@ class Broker:
             await asyncio.sleep(min(0.002, left))
 
     async def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
-                    max_wait_ms: int = 0, min_bytes: int = 1) -> FetchResult:
+                    max_wait_ms: int = 0, min_bytes: int = 1, upto_log_end: bool = False) -> FetchResult:
         """Whole batches from the one holding ``offset`` up to the high watermark.
 
         With ``max_wait_ms``, waits until at least ``min_bytes`` are available or the time passes.
         An offset below the log start raises OffsetOutOfRange; one at or past the end returns
-        nothing (after the wait).
+        nothing (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches).
         """
         part = self.partition(topic, partition)
         if offset < 0:
@@ -365,7 +365,7 @@ class Broker:
         deadline = time.monotonic() + max_wait_ms / 1000
         loop = asyncio.get_running_loop()
         while True:
-            hw = part.high_watermark
+            hw = part.log.next_offset if upto_log_end else part.high_watermark
             start = part.log.log_start_offset
             if offset < start:
                 raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")

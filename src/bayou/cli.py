@@ -1,0 +1,216 @@
+"""The ``bayou`` command: run a broker, manage topics, produce and consume."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from bayou import __version__
+from bayou.errors import BayouError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def _client(bootstrap: str):  # type: ignore[no-untyped-def]
+    from bayou.client.rtes import RtesClient
+
+    host, _sep, port = bootstrap.rpartition(":")
+    return RtesClient(host or "127.0.0.1", int(port))
+
+
+def _fail(exc: Exception) -> None:
+    raise click.ClickException(str(exc))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="bayou")
+def main() -> None:
+    """bayou: a persistent, partitioned, append-only log broker.
+
+    Start a broker with `bayou serve`, then use `bayou topic`, `bayou produce` and
+    `bayou consume` against it (they speak the V1 line protocol, port 9092 by default).
+    """
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="TOML configuration file (flags given here override it).")
+@click.option("--data-dir", help="Where logs, offsets and group state live. [default: ./data]")
+@click.option("--rtes", metavar="HOST:PORT|off",
+              help="V1 line protocol listener. [default: 0.0.0.0:9092]")
+@click.option("--fsync", metavar="always|interval:MS|never",
+              help="When appends reach the disk: 'always' acknowledges after fsync (group commit). "
+                   "[default: always]")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--log-format", default="json", show_default=True, type=click.Choice(["json", "text"]))
+def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, fsync: str | None,
+          log_level: str, log_format: str) -> None:
+    """Run one broker with every implemented protocol on its port.
+
+    \b
+    Examples:
+      bayou serve                                  # defaults, data in ./data
+      bayou serve --data-dir /var/lib/bayou --fsync interval:100
+      bayou serve --rtes 127.0.0.1:19092 --config bayou.toml
+    """
+    from bayou.config import load_config
+    from bayou.server.app import run_server
+    from bayou.server.logs import setup_logging
+
+    setup_logging(log_level, log_format)
+    try:
+        cfg = load_config(config_file, data_dir=data_dir, fsync=fsync, listeners={"rtes": rtes})
+    except BayouError as exc:
+        raise click.BadParameter(exc.message) from None
+    try:
+        run_server(cfg)
+    except BayouError as exc:
+        _fail(exc)
+    except OSError as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
+
+
+bootstrap_option = click.option("--bootstrap", "-b", default=DEFAULT_BOOTSTRAP, show_default=True,
+                                help="Broker address (V1 protocol).")
+
+
+@main.group()
+def topic() -> None:
+    """Create, list, describe and delete topics on a running broker."""
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--partitions", "-p", default=3, show_default=True, type=click.IntRange(1))
+@click.option("--replication-factor", "-r", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE",
+              help="Topic config, e.g. retention.ms=3600000, segment.bytes=1048576, fsync=never.")
+@bootstrap_option
+def topic_create(name: str, partitions: int, replication_factor: int, configs: tuple[str, ...],
+                 bootstrap: str) -> None:
+    """Create topic NAME."""
+    cfg = {}
+    for item in configs:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--config")
+        cfg[k] = v
+    try:
+        with _client(bootstrap) as c:
+            c.create_topic(name, partitions, replication_factor, cfg)
+    except (OSError, Exception) as exc:
+        _fail(exc)
+    click.echo(f"created topic {name} ({partitions} partitions)")
+
+
+@topic.command("list")
+@bootstrap_option
+def topic_list(bootstrap: str) -> None:
+    """List topics."""
+    try:
+        with _client(bootstrap) as c:
+            names = c.list_topics()
+    except (OSError, Exception) as exc:
+        _fail(exc)
+        return
+    for n in names:
+        click.echo(n)
+
+
+@topic.command("describe")
+@click.argument("name")
+@bootstrap_option
+def topic_describe(name: str, bootstrap: str) -> None:
+    """Show partitions, offsets and config of topic NAME."""
+    from bayou.client.rtes import int_list
+
+    try:
+        with _client(bootstrap) as c:
+            d = c.describe_topic(name)
+    except (OSError, Exception) as exc:
+        _fail(exc)
+        return
+    click.echo(f"topic: {d['topic']}  partitions: {d['partitions']}  "
+               f"replication factor: {d['replication_factor']}")
+    click.echo(f"config: {d['config'] or '(defaults)'}")
+    starts, ends, hws = int_list(d["log_start"]), int_list(d["log_end"]), int_list(d["hw"])
+    sizes = int_list(d["size_bytes"])
+    roles = d["roles"][1:-1].split()
+    click.echo(f"{'partition':>9} {'role':>8} {'log start':>10} {'log end':>10} {'hw':>10} {'bytes':>12}")
+    for i, (s, e, h, b) in enumerate(zip(starts, ends, hws, sizes, strict=True)):
+        click.echo(f"{i:>9} {roles[i]:>8} {s:>10} {e:>10} {h:>10} {b:>12}")
+
+
+@topic.command("delete")
+@click.argument("name")
+@bootstrap_option
+def topic_delete(name: str, bootstrap: str) -> None:
+    """Delete topic NAME and all its data."""
+    try:
+        with _client(bootstrap) as c:
+            c.delete_topic(name)
+    except (OSError, Exception) as exc:
+        _fail(exc)
+    click.echo(f"deleted topic {name}")
+
+
+@main.command()
+@click.argument("topic_name", metavar="TOPIC")
+@click.argument("values", nargs=-1)
+@click.option("--key", "-k", default="", help="Key for every value (chooses the partition).")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="1", show_default=True)
+@bootstrap_option
+def produce(topic_name: str, values: tuple[str, ...], key: str, acks: str, bootstrap: str) -> None:
+    """Produce VALUES (or one value per stdin line) to TOPIC.
+
+    \b
+    Examples:
+      bayou produce orders created paid shipped --key user1
+      printf 'a\\nb\\n' | bayou produce orders
+    """
+    items = list(values) if values else [ln.rstrip("\r\n") for ln in sys.stdin]
+    try:
+        with _client(bootstrap) as c:
+            for v in items:
+                r = c.produce(topic_name, key, v, acks)
+                click.echo(f"partition={r.partition} offset={r.offset}")
+    except (OSError, Exception) as exc:
+        _fail(exc)
+
+
+@main.command()
+@click.argument("topic_name", metavar="TOPIC")
+@click.option("--partition", "-p", type=int, default=None, help="Only this partition [default: all].")
+@click.option("--offset", "-o", type=click.IntRange(0), default=0, show_default=True,
+              help="Start offset in each partition.")
+@click.option("--follow", "-f", is_flag=True, help="Keep polling for new records (Ctrl-C stops).")
+@bootstrap_option
+def consume(topic_name: str, partition: int | None, offset: int, follow: bool, bootstrap: str) -> None:
+    """Print records of TOPIC as PARTITION:OFFSET<TAB>VALUE."""
+    try:
+        with _client(bootstrap) as c:
+            count = int(c.describe_topic(topic_name)["partitions"])
+            parts = [partition] if partition is not None else list(range(count))
+            positions = dict.fromkeys(parts, offset)
+            while True:
+                got = 0
+                for p in parts:
+                    records, _hw = c.consume(topic_name, p, positions[p])
+                    for off, value in records:
+                        click.echo(f"{p}:{off}\t{value}")
+                        positions[p] = off + 1
+                    got += len(records)
+                if not follow:
+                    if got == 0:
+                        break
+                    continue
+                if got == 0:
+                    time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    except (OSError, Exception) as exc:
+        _fail(exc)

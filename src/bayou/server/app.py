@@ -1,0 +1,95 @@
+"""The server process: one broker, one listener per enabled protocol, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from bayou.broker import Broker, BrokerConfig
+from bayou.server.base import Connection, ConnectionLimits, Listener
+from bayou.server.rtes import RtesService, rtes_handler
+
+log = logging.getLogger("bayou.server")
+
+HandlerFactory = Callable[[Broker], Callable[[Connection, Listener], Awaitable[None]]]
+
+# Every implemented protocol: name -> (default port, handler factory).
+PROTOCOLS: dict[str, tuple[int, HandlerFactory]] = {
+    "rtes": (9092, lambda broker: rtes_handler(RtesService(broker))),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
+    # protocol -> (host, port), or None when the protocol is off
+    listeners: dict[str, tuple[str, int] | None] = field(
+        default_factory=lambda: {name: ("0.0.0.0", port) for name, (port, _f) in PROTOCOLS.items()})
+    max_connections: int = 10_000
+    shutdown_grace_s: float = 10.0
+
+
+class BayouServer:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.broker = Broker(config.broker)
+        self.listeners: dict[str, Listener] = {}
+        self._stopping: asyncio.Event | None = None
+        self._counter = [0]
+
+    async def start(self) -> None:
+        await self.broker.start()
+        limits = ConnectionLimits(max_connections=self.config.max_connections)
+        try:
+            for name, addr in self.config.listeners.items():
+                if addr is None:
+                    continue
+                _port, factory = PROTOCOLS[name]
+                listener = Listener(name, addr[0], addr[1], factory(self.broker), limits, self._counter)
+                await listener.start()
+                self.listeners[name] = listener
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("bayou ready", extra={
+            "data_dir": str(self.config.broker.data_dir),
+            "listeners": {n: f"{li.host}:{li.port}" for n, li in self.listeners.items()},
+            "fsync": str(self.config.broker.log.fsync),
+        })
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish, then fsync and mark the data clean."""
+        for listener in self.listeners.values():
+            listener.stop_accepting()
+        await asyncio.gather(*(li.drain(self.config.shutdown_grace_s) for li in self.listeners.values()))
+        for listener in self.listeners.values():
+            if listener.server is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(listener.server.wait_closed(), 2)
+        await self.broker.stop()
+
+    async def run(self) -> None:
+        """Start, serve until SIGINT/SIGTERM, then shut down gracefully."""
+        self._stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stopping.set)
+        await self.start()
+        try:
+            await self._stopping.wait()
+            log.info("shutting down")
+        finally:
+            await self.stop()
+
+
+def run_server(config: ServerConfig) -> None:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is optional (not on Windows)
+        asyncio.run(BayouServer(config).run())
+    else:
+        uvloop.run(BayouServer(config).run())
