@@ -64,7 +64,7 @@ ERROR_MAP: dict[type[BayouError], tuple[Code, str | None]] = {
 def map_error(exc: BayouError) -> tuple[Code, str]:
     for cls in type(exc).__mro__:
         if cls in ERROR_MAP:
-            code, msg = ERROR_MAP[cls]  # type: ignore[index]
+            code, msg = ERROR_MAP[cls]
             return code, msg or exc.message
     if exc.retriable:
         return Code.INTERNAL_ERROR, exc.message

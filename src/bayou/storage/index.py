@@ -37,7 +37,8 @@ class OffsetIndex:
         usable = len(data) - len(data) % self.entry_size
         last_rel, last_pos = -1, -1
         for rel, pos in _OFF.iter_unpack(data[:usable]):
-            if rel <= last_rel or pos <= last_pos and last_pos >= 0 or pos > max_position or rel > max_rel_offset:
+            out_of_order = rel <= last_rel or (last_pos >= 0 and pos <= last_pos)
+            if out_of_order or pos > max_position or rel > max_rel_offset:
                 self.clear_memory()
                 return False
             self.rel_offsets.append(rel)

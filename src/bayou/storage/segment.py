@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ class Segment:
     def append(self, data: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int) -> int:
         """Write one batch at the end; return its position."""
         pos = self.size
-        if self._bytes_since_index >= self.index_interval_bytes or not self.index.positions and pos == 0:
+        if self._bytes_since_index >= self.index_interval_bytes or (not self.index.positions and pos == 0):
             rel = header.base_offset - self.base_offset
             self.index.append(rel, pos)
             self.time_index.maybe_append(max(self.max_timestamp, header.max_timestamp), rel)
@@ -148,7 +149,8 @@ class Segment:
                 break
             if verify:
                 if expected_offset is not None and h.base_offset != next_offset:
-                    error = f"offset gap at position {pos}: batch starts {h.base_offset}, expected {next_offset}"
+                    error = (f"offset gap at position {pos}: batch starts {h.base_offset}, "
+                             f"expected {next_offset}")
                     break
                 if len(buf) - rel < h.size:
                     buf = self.pread(max(_SCAN_CHUNK, h.size), pos)
@@ -243,7 +245,5 @@ class Segment:
     def delete(self) -> None:
         self.close()
         for p in (self.path, self.index.path, self.time_index.path):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 p.unlink()
-            except FileNotFoundError:
-                pass

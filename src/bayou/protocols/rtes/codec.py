@@ -21,7 +21,8 @@ ERRORS = "surrogateescape"
 # Go's unicode.IsSpace set (not Python's str.split set, which also splits on U+001C..U+001F).
 _GO_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 _FIELDS = re.compile(f"[{_GO_SPACE}]+")
-_TRIM = f"\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+_TRIM = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(
+    map(chr, range(0x2000, 0x200B)))
 _ATOI = re.compile(r"[+-]?[0-9]+\Z")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 

@@ -1,0 +1,113 @@
+"""Test helpers that start real brokers: in-process on an ephemeral port, or as a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bayou.broker import BrokerConfig
+from bayou.server.app import BayouServer, ServerConfig
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def start_inprocess(data_dir: Path, **broker_overrides: object) -> BayouServer:
+    """A server in the running event loop with only the V1 listener, on 127.0.0.1:<ephemeral>."""
+    cfg = ServerConfig(broker=BrokerConfig(data_dir=data_dir, **broker_overrides),  # type: ignore[arg-type]
+                       listeners={"rtes": ("127.0.0.1", 0)})
+    server = BayouServer(cfg)
+    await server.start()
+    return server
+
+
+class LineConn:
+    """An asyncio V1 connection: send lines, read reply lines."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, port: int) -> LineConn:
+        r, w = await asyncio.open_connection("127.0.0.1", port, limit=1 << 24)
+        return cls(r, w)
+
+    async def send(self, line: bytes | str) -> None:
+        if isinstance(line, str):
+            line = line.encode()
+        self.writer.write(line + b"\n")
+        await self.writer.drain()
+
+    async def recv(self, timeout: float = 10.0) -> bytes:
+        line = await asyncio.wait_for(self.reader.readline(), timeout)
+        if not line.endswith(b"\n"):
+            raise ConnectionError(f"connection closed (got {line!r})")
+        return line[:-1]
+
+    async def ask(self, line: bytes | str, timeout: float = 10.0) -> str:
+        await self.send(line)
+        return (await self.recv(timeout)).decode("utf-8", "surrogateescape")
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
+
+
+class BrokerProcess:
+    """``python -m bayou serve`` as a real subprocess on a fixed loopback port."""
+
+    def __init__(self, data_dir: Path, *extra_args: str, port: int | None = None,
+                 fsync: str = "always") -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.extra = list(extra_args)
+        self.fsync = fsync
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"broker-{self.port}.log"
+
+    def start(self, timeout: float = 20.0) -> BrokerProcess:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        logf = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bayou", "serve", "--data-dir", str(self.data_dir),
+             "--rtes", f"127.0.0.1:{self.port}", "--fsync", self.fsync, *self.extra],
+            stdout=logf, stderr=subprocess.STDOUT, env=env)
+        logf.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}: {self.log()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"broker did not listen on {self.port}: {self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except FileNotFoundError:
+            return ""
+
+    def kill(self, sig: int = signal.SIGKILL, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+    def stop(self) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        return self.kill(signal.SIGTERM)

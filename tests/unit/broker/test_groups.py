@@ -1,0 +1,131 @@
+"""Group coordinator semantics (rtes.md 6.3) and the state table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bayou.broker.groups.assignors import range_assignor, round_robin
+from bayou.broker.groups.coordinator import GroupCoordinator
+from bayou.broker.groups.state import GroupEvent, GroupState, IllegalTransition, transition
+from bayou.errors import GroupNotFound, IllegalGeneration, PartitionNotAssigned, UnknownMember
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def coord(partitions: int = 3) -> tuple[GroupCoordinator, Clock]:
+    clock = Clock()
+    return GroupCoordinator(10_000, lambda _t: partitions, clock), clock
+
+
+def test_assignor_examples() -> None:
+    assert round_robin(["c2", "c1"], 3) == {"c1": [0, 2], "c2": [1]}
+    assert range_assignor(["a", "b"], 3) == {"a": [0, 1], "b": [2]}
+    assert range_assignor(["x", "y", "z"], 4) == {"x": [0, 1], "y": [2], "z": [3]}
+    assert round_robin(["c1", "c2", "c3", "c4"], 3)["c4"] == []
+    assert range_assignor(list("abcd"), 3) == {"a": [0], "b": [1], "c": [2], "d": []}
+    assert round_robin(["c10", "c2"], 2) == {"c10": [0], "c2": [1]}
+
+
+def test_generations() -> None:
+    c, _ = coord()
+    assert c.join("g", "t", "c1").generation == 2
+    assert c.join("g", "t", "c1").generation == 2  # re-join changes nothing
+    assert c.join("g", "t", "c2").generation == 3
+    g = c.join("g", "t", "c2", "range")  # assignor switch: +1
+    assert g.generation == 4 and g.assignment == (2,)
+    c.leave("g", "t", "c2", 4)
+    assert c.sync("g", "t", "c1", 5).assignment == (0, 1, 2)
+    # topic change resets the group (+1) and the joiner adds 1 more
+    assert c.join("g", "other", "c9").generation == 7
+
+
+def test_range_group_joined_with_round_robin_adds_two() -> None:
+    c, _ = coord()
+    c.join("g", "t", "a", "range")
+    assert c.join("g", "t", "b", "round_robin").generation == 4
+
+
+def test_checks_in_order() -> None:
+    c, _ = coord()
+    with pytest.raises(GroupNotFound):
+        c.sync("g", "t", "c1", 2)
+    c.join("g", "t", "c1")
+    with pytest.raises(GroupNotFound):
+        c.sync("g", "other", "c1", 2)
+    with pytest.raises(IllegalGeneration):
+        c.heartbeat("g", "t", "ghost", 1)
+    with pytest.raises(UnknownMember):
+        c.heartbeat("g", "t", "ghost", 2)
+    c.join("g", "t", "c2")
+    with pytest.raises(PartitionNotAssigned):
+        c.check_commit("g", "t", "c2", 3, 0)
+    c.check_commit("g", "t", "c2", 3, 1)
+
+
+def test_lazy_expiry_bumps_once() -> None:
+    c, clock = coord()
+    c.join("g", "t", "c1")
+    c.join("g", "t", "c2")
+    c.join("g", "t", "c3")
+    clock.now += 5_000
+    c.heartbeat("g", "t", "c1", 4)
+    clock.now += 6_000  # c2 and c3 are now 11 s silent, c1 only 6 s
+    with pytest.raises(IllegalGeneration):
+        c.heartbeat("g", "t", "c1", 4)
+    d = c.describe("g")
+    assert d.generation == 5 and [mm[0] for mm in d.members] == ["c1"]
+    assert c.sync("g", "t", "c1", 5).assignment == (0, 1, 2)
+
+
+def test_state_table() -> None:
+    c, _ = coord()
+    c.join("g", "t", "c1")
+    assert c.groups["g"].state is GroupState.COMPLETING_REBALANCE
+    c.sync("g", "t", "c1", 2)
+    assert c.groups["g"].state is GroupState.STABLE
+    c.join("g", "t", "c2")
+    assert c.groups["g"].state is GroupState.COMPLETING_REBALANCE
+    c.sync("g", "t", "c1", 3)
+    assert c.groups["g"].state is GroupState.COMPLETING_REBALANCE
+    c.heartbeat("g", "t", "c2", 3)
+    assert c.groups["g"].state is GroupState.STABLE
+    c.leave("g", "t", "c1", 3)
+    c.leave("g", "t", "c2", 4)
+    assert c.groups["g"].state is GroupState.EMPTY
+    with pytest.raises(IllegalTransition):
+        transition(GroupState.DEAD, GroupEvent.MEMBERSHIP_CHANGED)
+
+
+def test_persistence_shapes_round_trip() -> None:
+    c, _clock = coord()
+    c.join("analytics", "orders", "c1")
+    c.join("analytics", "orders", "c<2>")
+    c.store_offset("analytics", "orders", 2, 2)
+    c.store_offset("analytics", "orders", 0, 1)
+    gj = c.groups_json()
+    assert gj.endswith(b"\n") and b"\\u003c" in gj
+    assert json.loads(gj)["analytics"]["member_order"] == ["c1", "c<2>"]
+    assert c.offsets_json() == b'{"analytics":{"orders":{"0":1,"2":2}}}\n'
+    c2, _ = coord()
+    c2.load_groups(gj)
+    c2.load_offsets(c.offsets_json())
+    assert c2.committed("analytics", "orders", 2) == 2
+    assert c2.describe("analytics").generation == 3
+    empty = json.loads(coord()[0].groups_json())
+    assert empty == {}
+
+
+def test_load_tolerates_nulls_and_bad_generation() -> None:
+    c, _ = coord()
+    c.load_groups(b'{"g":{"topic":"t","generation":0,"assignor":"","member_order":null,'
+                  b'"assignments":null,"members":null}}')
+    d = c.describe("g")
+    assert d.generation == 1 and d.assignor == "round_robin" and d.members == ()
