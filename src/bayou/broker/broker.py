@@ -28,6 +28,7 @@ from bayou.errors import (
     UnknownTopic,
 )
 from bayou.storage import LogConfig, PartitionLog, Store, TopicMeta, apply_overrides, validate_topic_name
+from bayou.storage.log import GRAVE_SECONDS
 
 log = logging.getLogger("bayou.broker")
 
@@ -263,17 +264,18 @@ class Broker:
             for part in topic.partitions:
                 part.notify()
             loop = asyncio.get_running_loop()
-
-            def _delete() -> None:
-                for part in topic.partitions:
-                    part.log.close()
-                self.store.delete_topic(name)
-
-            await loop.run_in_executor(self._io, _delete)
+            await loop.run_in_executor(self._io, self.store.delete_topic, name)
+            # Close the descriptors later: a read already in a worker thread keeps valid data.
+            loop.call_later(GRAVE_SECONDS, self._close_logs, topic)
             self.metadata.remove_topic(name)
             self.groups.forget_topic(name)
             await self._offsets_file.save()
             log.info("deleted topic %s", name)
+
+    @staticmethod
+    def _close_logs(topic: Topic) -> None:
+        for part in topic.partitions:
+            part.log.close()
 
     async def add_partitions(self, name: str, total: int) -> Topic:
         async with self._admin_lock:

@@ -31,6 +31,9 @@ from bayou.storage.segment import LOG_SUFFIX, Segment
 log = logging.getLogger("bayou.storage")
 
 
+GRAVE_SECONDS = 60.0
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -66,6 +69,9 @@ class PartitionLog:
         self._durable_offset = 0
         self.segments: list[Segment] = []
         self._bases: list[int] = []
+        # Segments removed by retention or truncation keep their descriptor open for a while, so
+        # a concurrent reader never preads a recycled descriptor number.
+        self._graveyard: list[tuple[float, Segment]] = []
         self.truncated_bytes = 0
         directory.mkdir(parents=True, exist_ok=True)
         self._load(recover)
@@ -298,7 +304,7 @@ class PartitionLog:
             while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
                 seg = self.segments.pop()
                 self._bases.pop()
-                seg.delete()
+                self._bury(seg)
             seg = self.active
             pos, h = seg.find_position(offset)
             if h is not None and h.base_offset < offset:
@@ -335,14 +341,30 @@ class PartitionLog:
                 self._bases.pop(0)
                 total -= seg.size
                 log.info("retention: deleting %s (%s)", seg.path, "size" if by_size else "age")
-                seg.delete()
+                self._bury(seg)
                 deleted += 1
+            self._close_buried()
         return deleted
+
+    def _bury(self, seg: Segment) -> None:
+        seg.delete(close=False)
+        self._graveyard.append((time.monotonic(), seg))
+
+    def _close_buried(self, older_than: float = GRAVE_SECONDS) -> None:
+        now = time.monotonic()
+        keep = []
+        for t, seg in self._graveyard:
+            if now - t >= older_than:
+                seg.close()
+            else:
+                keep.append((t, seg))
+        self._graveyard = keep
 
     def close(self) -> None:
         with self._lock:
             for seg in self.segments:
                 seg.close()
+            self._close_buried(0)
 
     def delete(self) -> None:
         with self._lock:

@@ -49,7 +49,7 @@ class Segment:
         self.max_timestamp = -1
         self.created_ms: int | None = None  # time of the first append, for age-based rolling
         self._bytes_since_index = 0
-        self.dirty = False
+        self.synced_size = self.size
 
     # -- appending -----------------------------------------------------------------------------
 
@@ -72,14 +72,19 @@ class Segment:
             self.max_timestamp = header.max_timestamp
         if self.created_ms is None:
             self.created_ms = now_ms
-        self.dirty = True
         return pos
 
+    @property
+    def dirty(self) -> bool:
+        return self.size > self.synced_size
+
     def sync(self) -> None:
+        """fsync what was written before this call (appends racing with it stay dirty)."""
+        size = self.size
         os.fsync(self.fd)
         self.index.sync()
         self.time_index.sync()
-        self.dirty = False
+        self.synced_size = max(self.synced_size, size)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -229,6 +234,7 @@ class Segment:
         os.ftruncate(self.fd, position)
         os.fsync(self.fd)
         self.size = position
+        self.synced_size = min(self.synced_size, position)
         self.index.truncate_to_position(position)
         last_rel = self.index.rel_offsets[-1] if self.index.rel_offsets else 0
         self.time_index.truncate_to_rel_offset(last_rel + 1)
@@ -242,8 +248,14 @@ class Segment:
         self.index.close()
         self.time_index.close()
 
-    def delete(self) -> None:
-        self.close()
+    def delete(self, *, close: bool = True) -> None:
+        """Remove the files. With ``close=False`` the descriptor stays open, so a reader that
+        already holds this segment still reads valid (unlinked) data; close it later."""
+        if close:
+            self.close()
+        else:
+            self.index.close()
+            self.time_index.close()
         for p in (self.path, self.index.path, self.time_index.path):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
