@@ -58,8 +58,9 @@ class OffsetIndex:
         return self._fd
 
     def append(self, rel_offset: int, position: int) -> None:
-        self.rel_offsets.append(rel_offset)
+        # Readers in other threads bisect rel_offsets and index positions: grow positions first.
         self.positions.append(position)
+        self.rel_offsets.append(rel_offset)
         os.write(self._file(), _OFF.pack(rel_offset, position))
 
     def lookup(self, rel_offset: int) -> int:
@@ -138,8 +139,9 @@ class TimeIndex:
         """Record that from ``rel_offset`` on, timestamps reach ``max_timestamp``."""
         if self.timestamps and max_timestamp <= self.timestamps[-1]:
             return
-        self.timestamps.append(max_timestamp)
+        # Readers bisect timestamps and index rel_offsets: grow rel_offsets first.
         self.rel_offsets.append(rel_offset)
+        self.timestamps.append(max_timestamp)
         os.write(self._file(), _TIME.pack(max_timestamp, rel_offset))
 
     def lookup(self, timestamp: int) -> int:
