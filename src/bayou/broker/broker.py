@@ -413,6 +413,12 @@ class Broker:
     async def replica_progress(self, topic: str, partition: int, replica_id: int,
                                offset: int) -> ReplicaReport:
         """Record that follower ``replica_id`` holds everything up to ``offset`` (inclusive)."""
+        if topic not in self.topics:
+            # Refuse before the implicit creation: a rejected report must leave nothing behind.
+            if not 0 <= partition < self.config.default_partitions:
+                raise UnknownPartition(f"topic {topic} has no partition {partition}")
+            if not 1 <= replica_id < self.config.replication_factor:
+                raise InvalidRequest("invalid replica id")
         t = await self.ensure_topic(topic)
         if not 0 <= partition < len(t.partitions):
             raise UnknownPartition(f"topic {topic} has no partition {partition}")

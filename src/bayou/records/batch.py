@@ -289,8 +289,10 @@ def decode_records(
         off_delta, p = decode_varint(data, p)
         klen, p = decode_varint(data, p)
         key: bytes | None
-        if klen < 0:
+        if klen == -1:
             key = None
+        elif klen < 0:
+            raise CorruptRecord("bad key length")
         else:
             if p + klen > end:
                 raise CorruptRecord("key past the end of the record")

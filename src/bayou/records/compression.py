@@ -58,6 +58,8 @@ def _gunzip_bounded(data: bytes, limit: int) -> bytes:
         raise CorruptRecord(f"gzip: {exc}") from None
     if len(out) > limit:
         raise CorruptRecord("decompressed size exceeds limit")
+    if not d.eof:
+        raise CorruptRecord("truncated gzip stream")
     return out
 
 
@@ -81,6 +83,8 @@ def decompress(codec: int, data: bytes, limit: int = DEFAULT_MAX_DECOMPRESSED) -
             out = bytes(dec.decompress(data, max_length=limit + 1))
         except RuntimeError as exc:
             raise CorruptRecord(f"lz4: {exc}") from None
+        if len(out) <= limit and not dec.eof:
+            raise CorruptRecord("truncated lz4 frame")
     elif codec == Compression.ZSTD:
         try:
             with zstandard.ZstdDecompressor().stream_reader(data) as reader:

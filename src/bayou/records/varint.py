@@ -7,6 +7,8 @@ from bayou.errors import CorruptRecord
 
 def encode_varint(value: int, out: bytearray) -> None:
     """Append the zig-zag varint encoding of a signed 64-bit ``value`` to ``out``."""
+    if not -(1 << 63) <= value < 1 << 63:
+        raise ValueError(f"varint {value} is outside the int64 range")
     v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
@@ -27,12 +29,12 @@ def decode_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, i
             raise CorruptRecord("truncated varint")
         b = buf[pos]
         pos += 1
+        if shift == 63 and b > 1:
+            raise CorruptRecord("varint too long")  # a tenth byte may only hold bit 63
         result |= (b & 0x7F) << shift
         if b < 0x80:
             break
         shift += 7
-        if shift > 63:
-            raise CorruptRecord("varint too long")
     return (result >> 1) ^ -(result & 1), pos
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -351,5 +353,19 @@ def rtes_handler(service: RtesService) -> Callable[[Connection, Listener], Await
                 conn.writer.write(encode_error("0", Code.BAD_REQUEST, "line too long"))
                 await conn.writer.drain()
                 log.warning("closing connection: line too long", extra={"peer": conn.peer})
+                await _close_gently(conn)
                 return
     return serve
+
+
+async def _close_gently(conn: Connection, linger: float = 0.5) -> None:
+    """Half-close and discard what the peer still sends for a moment, so the kernel does not
+    answer unread input with a reset that would destroy the error reply in flight."""
+    if conn.writer.can_write_eof():
+        conn.writer.write_eof()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + linger
+    with contextlib.suppress(TimeoutError, ConnectionError):
+        while (left := deadline - loop.time()) > 0:
+            if not await asyncio.wait_for(conn.reader.read(1 << 16), left):
+                break

@@ -196,6 +196,7 @@ class PartitionLog:
                     break
                 self._sync_cond.wait()
         target = self._durable_offset
+        synced = False
         try:
             with self._lock:
                 target = self.next_offset
@@ -203,12 +204,14 @@ class PartitionLog:
             for seg in dirty:
                 if seg.fd >= 0:
                     seg.sync()
+            synced = True
         except OSError as exc:
             raise StorageError(f"fsync failed: {exc}") from exc
         finally:
             with self._sync_cond:
                 self._syncing = False
-                self._durable_offset = max(self._durable_offset, target)
+                if synced:  # a failed fsync makes nothing durable; waiters retry and see the error
+                    self._durable_offset = max(self._durable_offset, target)
                 self._sync_cond.notify_all()
 
     def flush(self) -> None:

@@ -196,6 +196,8 @@ class Segment:
         a torn or corrupt tail. Returns how many bytes were cut."""
         max_rel = 0xFFFFFFFF
         ok = self.index.load(self.size, max_rel) and self.time_index.load(max_rel)
+        if ok and recover and not self._indexes_match_log():
+            ok = False
         if not ok and self.size:
             log.info("rebuilding indexes of %s", self.path)
         start = self.index.last_position() if ok else 0
@@ -229,6 +231,25 @@ class Segment:
         if self.size:
             self.created_ms = int(os.stat(self.path).st_mtime * 1000)
         return cut
+
+    def _indexes_match_log(self) -> bool:
+        """Check loaded indexes against the log: every offset-index entry names the batch at its
+        position, and every time-index entry sits on an offset-index point (they are written
+        together) with a timestamp no lower than that batch's. A well-formed but wrong file fails."""
+        points = dict(zip(self.index.rel_offsets, self.index.positions, strict=True))
+        if self.size and (not points or self.index.positions[0] != 0 or not self.time_index.rel_offsets):
+            return False
+        try:
+            for rel, pos in points.items():
+                if self.header_at(pos).base_offset != self.base_offset + rel:
+                    return False
+            for ts, rel in zip(self.time_index.timestamps, self.time_index.rel_offsets, strict=True):
+                at = points.get(rel)
+                if at is None or self.header_at(at).max_timestamp > ts:
+                    return False
+        except CorruptRecord:
+            return False
+        return True
 
     def truncate_to_position(self, position: int) -> None:
         os.ftruncate(self.fd, position)

@@ -26,7 +26,7 @@ from bayou.storage.log import PartitionLog
 
 log = logging.getLogger("bayou.storage")
 
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_TOPIC_RE = re.compile(r"\A[A-Za-z0-9._-]{1,249}\Z")  # \Z: '$' would accept a trailing newline
 CLEAN_MARKER = ".clean_shutdown"
 
 
@@ -60,7 +60,9 @@ class Store:
         self.was_clean = False
 
     def open(self) -> bool:
-        """Take the directory lock and consume the clean marker. Returns True after a clean stop."""
+        """Take the directory lock and consume the clean marker. Returns True after a clean stop
+        (and for a new, empty directory: there is nothing to recover)."""
+        fresh = not self.topics_dir.exists()
         self.topics_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -70,8 +72,8 @@ class Store:
             self._lock_fd = -1
             raise StorageError(f"data directory {self.root} is in use by another broker") from None
         marker = self.root / CLEAN_MARKER
-        self.was_clean = marker.exists()
-        if self.was_clean:
+        self.was_clean = fresh or marker.exists()
+        if marker.exists():
             marker.unlink()
             fsync_dir(self.root)
         shutil.rmtree(self.root / "trash", ignore_errors=True)
