@@ -108,10 +108,20 @@ class RtesService:
         }
 
     async def handle_line(self, line: bytes) -> bytes:
+        decoded = self.decode(line)
+        if isinstance(decoded, bytes):
+            return decoded
+        return await self.execute(*decoded)
+
+    @staticmethod
+    def decode(line: bytes) -> tuple[str, m.Request] | bytes:
+        """The request, or the error reply when the line does not decode."""
         try:
-            cid, req = decode_request(line)
+            return decode_request(line)
         except RtesError as exc:
             return encode_error(exc.cid or "0", exc.code, exc.message)
+
+    async def execute(self, cid: str, req: m.Request) -> bytes:
         try:
             payload = await self.table[type(req)](req)
         except RtesError as exc:
@@ -150,12 +160,15 @@ class RtesService:
                                           upto_log_end=upto_log_end)
             if not res.data:
                 break
-            for pos, _h in iter_batches(res.data):
+            for pos, h in iter_batches(res.data):
+                if len(out) >= limit or size >= CONSUME_MAX_BYTES:
+                    break
+                if h.next_offset <= offset:
+                    continue
                 for rec in decode_records(res.data, pos):
-                    if rec.offset < offset or rec.offset >= end or len(out) >= limit:
-                        continue
-                    out.append((rec.offset, rec.value))
-                    size += len(rec.value) + 12
+                    if offset <= rec.offset < end and len(out) < limit:
+                        out.append((rec.offset, rec.value))
+                        size += len(rec.value) + 12
             offset = res.next_offset
         return out, hw - 1
 
@@ -344,6 +357,8 @@ def rtes_handler(service: RtesService) -> Callable[[Connection, Listener], Await
             if lines:
                 conn.busy += 1
                 try:
+                    # Strictly in order: each request is answered before the next one starts
+                    # (rtes.md 11.1), so its reply reflects exactly the state it produced.
                     for line in lines:
                         conn.writer.write(await service.handle_line(line))
                     await conn.writer.drain()
