@@ -354,8 +354,10 @@ class Broker:
             await asyncio.sleep(min(0.002, left))
 
     async def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
-                    max_wait_ms: int = 0, min_bytes: int = 1, upto_log_end: bool = False) -> FetchResult:
-        """Whole batches from the one holding ``offset`` up to the high watermark.
+                    max_records: int | None = None, max_wait_ms: int = 0, min_bytes: int = 1,
+                    upto_log_end: bool = False) -> FetchResult:
+        """Whole batches from the one holding ``offset`` up to the high watermark, at most
+        ``max_bytes`` and (batch-granular) ``max_records``, but always at least one batch.
 
         With ``max_wait_ms``, waits until at least ``min_bytes`` are available or the time passes.
         An offset below the log start raises OffsetOutOfRange; one at or past the end returns
@@ -372,7 +374,8 @@ class Broker:
             if offset < start:
                 raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")
             if offset < hw:
-                r = await loop.run_in_executor(self._io, self._read, part, offset, max_bytes, hw)
+                r = await loop.run_in_executor(self._io, self._read, part, offset, max_bytes, hw,
+                                               max_records)
                 if r is not None and (len(r.data) >= min_bytes or time.monotonic() >= deadline):
                     return r
             left = deadline - time.monotonic()
@@ -383,9 +386,10 @@ class Broker:
                 raise UnknownTopic(f"unknown topic {topic}")
 
     @staticmethod
-    def _read(part: Partition, offset: int, max_bytes: int, hw: int) -> FetchResult | None:
+    def _read(part: Partition, offset: int, max_bytes: int, hw: int,
+              max_records: int | None) -> FetchResult | None:
         try:
-            r = part.log.read(offset, max_bytes, max_offset=hw)
+            r = part.log.read(offset, max_bytes, max_offset=hw, max_records=max_records)
         except OffsetOutOfRange:
             return None
         return FetchResult(r.data, r.record_count, r.next_offset, hw, r.log_start_offset, r.log_end_offset)

@@ -222,11 +222,13 @@ class PartitionLog:
     def _segment_for(self, offset: int) -> int:
         return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             max_records: int | None = None) -> ReadResult:
         """Read whole batches from the one holding ``offset``, stopping before ``max_offset``.
 
         At least one batch is returned when one is visible, even if it is larger than ``max_bytes``,
-        so a consumer can always make progress.
+        so a consumer can always make progress. With ``max_records``, no further batch is added
+        once the records at or after ``offset`` reach that count.
         """
         with self._lock:
             start = self.log_start_offset
@@ -254,11 +256,15 @@ class PartitionLog:
             taken = 0
             count = 0
             next_off = first.base_offset
+            wanted = 0
             for p, h in iter_batches(data):
                 if h.last_offset >= limit or (taken and p + h.size > max_bytes):
                     break
+                if max_records is not None and taken and wanted >= max_records:
+                    break
                 taken = p + h.size
                 count += h.record_count
+                wanted += h.next_offset - max(offset, h.base_offset)
                 next_off = h.next_offset
             return ReadResult(data[:taken], first.base_offset, next_off if taken else offset, count,
                               start, end)

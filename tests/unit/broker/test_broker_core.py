@@ -199,3 +199,14 @@ def test_fsync_policy_parse() -> None:
     for bad in ("sometimes", "interval:0", "interval:x"):
         with pytest.raises(InvalidConfig):
             FsyncPolicy.parse(bad)
+
+
+async def test_fetch_max_records_is_batch_granular(broker: Broker) -> None:
+    for i in range(5):
+        await broker.produce("t", 0, batch(b"%d-a" % i, b"%d-b" % i))
+    r = await broker.fetch("t", 0, 0, max_records=3)
+    assert values(r.data) == [b"0-a", b"0-b", b"1-a", b"1-b"] and r.next_offset == 4
+    r = await broker.fetch("t", 0, 1, max_records=1)  # one wanted record in the first batch
+    assert values(r.data, 1) == [b"0-b"] and r.next_offset == 2
+    r = await broker.fetch("t", 0, 0, max_records=1)
+    assert r.record_count == 2  # never less than one whole batch
