@@ -148,7 +148,7 @@ class Broker:
                 continue
             try:
                 loader(data)
-            except (ValueError, KeyError, TypeError) as exc:
+            except Exception as exc:  # any shape error: ignore the file, start empty (rtes.md 6.4)
                 log.error("ignoring unreadable %s: %s", file.path, exc)
 
     async def stop(self) -> None:
@@ -417,12 +417,12 @@ class Broker:
     async def replica_progress(self, topic: str, partition: int, replica_id: int,
                                offset: int) -> ReplicaReport:
         """Record that follower ``replica_id`` holds everything up to ``offset`` (inclusive)."""
-        if topic not in self.topics:
-            # Refuse before the implicit creation: a rejected report must leave nothing behind.
-            if not 0 <= partition < self.config.default_partitions:
-                raise UnknownPartition(f"topic {topic} has no partition {partition}")
-            if not 1 <= replica_id < self.config.replication_factor:
-                raise InvalidRequest("invalid replica id")
+        # rtes.md 7.9: the replica id is checked first. Both refusals come before the implicit
+        # creation: a rejected report must leave nothing behind.
+        if not 1 <= replica_id < self.config.replication_factor:
+            raise InvalidRequest("invalid replica id")
+        if topic not in self.topics and not 0 <= partition < self.config.default_partitions:
+            raise UnknownPartition(f"topic {topic} has no partition {partition}")
         t = await self.ensure_topic(topic)
         if not 0 <= partition < len(t.partitions):
             raise UnknownPartition(f"topic {topic} has no partition {partition}")
@@ -444,7 +444,13 @@ class Broker:
         return view
 
     async def sync_group(self, group: str, topic: str, member: str, generation: int) -> GroupView:
-        view = self.groups.sync(group, topic, member, generation)
+        before = self._generation(group)
+        try:
+            view = self.groups.sync(group, topic, member, generation)
+        except Exception:
+            if self._generation(group) != before:  # the expiry sweep removed someone
+                await self._groups_file.save()
+            raise
         await self._groups_file.save()
         return view
 

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from bayou.errors import StorageError
 from bayou.storage.fsutil import atomic_write
 
 log = logging.getLogger("bayou.broker")
@@ -22,6 +23,7 @@ class StateFile:
         self.snapshot = snapshot
         self._version = 0
         self._written = 0
+        self._failed = 0  # the newest version whose write attempt failed
         self._writer: asyncio.Task[None] | None = None
         self._cond: asyncio.Condition | None = None
 
@@ -39,18 +41,24 @@ class StateFile:
             return
         cond = self._condition()
         async with cond:
-            await cond.wait_for(lambda: self._written >= target)
+            await cond.wait_for(lambda: self._written >= target or self._failed >= target)
+        if self._written < target:
+            raise StorageError(f"could not write {self.path.name}")
 
     async def _write_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while self._written < self._version:
             v = self._version
-            data = self.snapshot()
             try:
+                data = self.snapshot()
                 await loop.run_in_executor(None, atomic_write, self.path, data)
-            except OSError:
+            except Exception:
                 log.exception("could not write %s", self.path)
-                await asyncio.sleep(0.1)
+                self._failed = v
+                cond = self._condition()
+                async with cond:
+                    cond.notify_all()
+                await asyncio.sleep(0.1)  # keep retrying in the background
                 continue
             self._written = v
             cond = self._condition()

@@ -120,6 +120,9 @@ class RtesService:
             return decode_request(line)
         except RtesError as exc:
             return encode_error(exc.cid or "0", exc.code, exc.message)
+        except Exception:
+            log.exception("V1 request could not be decoded")
+            return encode_error("0", Code.INTERNAL_ERROR, "internal error")
 
     async def execute(self, cid: str, req: m.Request) -> bytes:
         try:
@@ -361,7 +364,9 @@ def rtes_handler(service: RtesService) -> Callable[[Connection, Listener], Await
                     # (rtes.md 11.1), so its reply reflects exactly the state it produced.
                     for line in lines:
                         conn.writer.write(await service.handle_line(line))
-                    await conn.writer.drain()
+                        # Back-pressure per reply: a client that pipelines and does not read
+                        # must not make the server buffer every reply of a 256 KiB read.
+                        await conn.writer.drain()
                 finally:
                     conn.busy -= 1
             if reader.overflowed:

@@ -224,11 +224,16 @@ class GroupCoordinator:
         raw = json.loads(data)
         if not isinstance(raw, dict):
             raise ValueError("groups.json must hold an object")
+        groups: dict[str, Group] = {}
         for name, gd in raw.items():
+            gd = {} if gd is None else gd  # Go decodes null as the zero value
+            if not isinstance(gd, dict):
+                raise ValueError(f"group {name!r} must be an object")
             assignor = gd.get("assignor") or DEFAULT_ASSIGNOR
             if assignor not in ASSIGNORS:
                 assignor = DEFAULT_ASSIGNOR
-            g = Group(str(name), str(gd["topic"]), max(1, int(gd.get("generation") or 1)), assignor)
+            g = Group(str(name), str(gd.get("topic") or ""), max(1, int(gd.get("generation") or 1)),
+                      assignor)
             for m in gd.get("members") or []:
                 mid = str(m["consumer_id"])
                 g.members[mid] = Member(mid, int(m.get("last_heartbeat_unix_ms") or 0))
@@ -236,16 +241,19 @@ class GroupCoordinator:
                 if mid in g.members:
                     g.assignments[mid] = [int(p) for p in parts or []]
             g.state = GroupState.COMPLETING_REBALANCE if g.members else GroupState.EMPTY
-            self.groups[g.name] = g
+            groups[g.name] = g
+        self.groups.update(groups)
 
     def load_offsets(self, data: bytes) -> None:
         raw = json.loads(data)
         if not isinstance(raw, dict):
             raise ValueError("offsets.json must hold an object")
+        offsets: dict[tuple[str, str, int], int] = {}
         for group, topics in raw.items():
-            for topic, parts in (topics or {}).items():
-                for p, off in (parts or {}).items():
-                    self.offsets[(str(group), str(topic), int(p))] = int(off)
+            for topic, parts in dict(topics or {}).items():
+                for p, off in dict(parts or {}).items():
+                    offsets[(str(group), str(topic), int(p))] = int(off)
+        self.offsets.update(offsets)
 
 
 def _go_json(obj: Any) -> bytes:
@@ -253,4 +261,6 @@ def _go_json(obj: Any) -> bytes:
     text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-    return (text + "\n").encode("utf-8")
+    # Names decoded from the wire with surrogateescape may hold lone surrogates (bytes that are not
+    # UTF-8): write them as JSON \\udcXX escapes, which json.loads turns back into the same name.
+    return (text + "\n").encode("utf-8", "backslashreplace")

@@ -104,6 +104,14 @@ class ParsedLine:
     args: list[str]
 
 
+def _go_upper(text: str) -> str:
+    """Go ``strings.ToUpper``: rune by rune, so Python's multi-character mappings (U+FB06 -> "ST",
+    U+00DF -> "SS") do not apply."""
+    if text.isascii():
+        return text.upper()
+    return "".join(u if len(u := ch.upper()) == 1 else ch for ch in text)
+
+
 def parse_envelope(line: bytes) -> ParsedLine:
     """Apply the envelope rules in order: format, version, correlation id, command."""
     text = line.decode(ENCODING, ERRORS).strip(_TRIM)
@@ -116,19 +124,29 @@ def parse_envelope(line: bytes) -> ParsedLine:
     cid = cid.strip(_TRIM)
     if not cid:
         raise RtesError(Code.BAD_REQUEST, "correlation id required", "0")
-    command = command.strip(_TRIM).upper()
+    command = _go_upper(command.strip(_TRIM))
     if not command:
         raise RtesError(Code.BAD_REQUEST, "command required", "0")
     args = args.strip(_TRIM)
     return ParsedLine(cid, command, _FIELDS.split(args) if args else [])
 
 
-def atoi(token: str, field: str) -> int:
-    """Go ``strconv.Atoi``: optional sign, ASCII digits, 64-bit range."""
+def _int64(token: str) -> int | None:
+    """Go ``strconv.Atoi``: optional sign, ASCII digits (any number of leading zeros), 64-bit
+    range; None when it fails. Only the significant digits reach int(), which raises ValueError
+    past 4300 digits."""
     if not _ATOI.match(token):
-        raise RtesError(Code.BAD_REQUEST, f"invalid {field}")
-    v = int(token)
-    if not _INT64_MIN <= v <= _INT64_MAX:
+        return None
+    digits = token.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > 19:
+        return None
+    v = -int(digits) if token[0] == "-" else int(digits)
+    return v if _INT64_MIN <= v <= _INT64_MAX else None
+
+
+def atoi(token: str, field: str) -> int:
+    v = _int64(token)
+    if v is None:
         raise RtesError(Code.BAD_REQUEST, f"invalid {field}")
     return v
 
@@ -288,9 +306,10 @@ def _int_list(text: str) -> tuple[int, ...]:
         item = item.strip(_TRIM)
         if not item:
             continue
-        if not _ATOI.match(item):
+        v = _int64(item)
+        if v is None:
             raise _bad("invalid integer list")
-        out.append(int(item))
+        out.append(v)
     return tuple(out)
 
 
