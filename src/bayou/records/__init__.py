@@ -13,11 +13,13 @@ from bayou.records.batch import (
     verify_batch,
 )
 from bayou.records.compression import Compression
+from bayou.records.model import Headers
 
 __all__ = [
     "HEADER_SIZE",
     "BatchHeader",
     "Compression",
+    "Headers",
     "Record",
     "batch_crc",
     "decode_header",

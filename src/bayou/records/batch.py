@@ -39,6 +39,8 @@ import crc32c
 
 from bayou.errors import CorruptRecord
 from bayou.records.compression import DEFAULT_MAX_DECOMPRESSED, Compression, compress, decompress
+from bayou.records.cursus import FORMAT_CURSUS, decode_messages, message_to_record
+from bayou.records.model import Record as Record  # re-exported: the batch API speaks Record
 from bayou.records.varint import decode_varint, encode_varint
 
 MAGIC = 2
@@ -56,19 +58,8 @@ ATTR_FORMAT_MASK = 0x0F00
 
 RECORD_HAS_MESSAGE_ID = 0x01
 
-Headers = tuple[tuple[str, bytes], ...]
+FORMAT_RECORDS = 0  # the record layout above
 
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One record as every protocol sees it. ``offset`` is ignored when building a batch."""
-
-    value: bytes
-    key: bytes | None = None
-    timestamp: int = 0
-    headers: Headers = ()
-    message_id: int | None = None
-    offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +146,12 @@ def iter_batches(buf: Buffer, pos: int = 0, end: int | None = None) -> Iterator[
 def set_base_offset(batch: bytearray | memoryview, base_offset: int, pos: int = 0) -> None:
     """Assign the batch's base offset in place (outside the CRC)."""
     _BASE_OFFSET.pack_into(batch, pos, base_offset)
+
+
+def refresh_crc(batch: bytearray, pos: int = 0) -> None:
+    """Recompute the CRC after changing bytes inside the CRC-covered part (offset stamping)."""
+    size = _LENGTH.unpack_from(batch, pos)[1] + LENGTH_PREFIX
+    struct.pack_into(">I", batch, pos + 17, crc32c.crc32c(memoryview(batch)[pos + 21 : pos + size]))
 
 
 def set_leader_epoch(batch: bytearray | memoryview, epoch: int, pos: int = 0) -> None:
@@ -269,6 +266,11 @@ def decode_records(
         raise CorruptRecord("truncated batch")
     raw = bytes(memoryview(buf)[pos + HEADER_SIZE : pos + h.size])
     data = decompress(h.compression, raw, max_decompressed)
+    if h.payload_format == FORMAT_CURSUS:
+        msgs = decode_messages(data, 0, h.record_count)
+        return [message_to_record(m, h.base_offset + i, h.base_timestamp) for i, m in enumerate(msgs)]
+    if h.payload_format != FORMAT_RECORDS:
+        raise CorruptRecord(f"unknown payload format {h.payload_format}")
     out: list[Record] = []
     p = 0
     n = len(data)

@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from bayou.records.batch import (
     decode_header,
     decode_records,
     iter_batches,
+    refresh_crc,
     set_base_offset,
 )
 from bayou.storage.config import LogConfig
@@ -121,8 +123,13 @@ class PartitionLog:
 
     # -- appending -----------------------------------------------------------------------------
 
-    def append(self, batch: bytes | bytearray, *, verify_crc: bool = True) -> AppendInfo:
-        """Append one batch, assigning its offsets. The batch's own base offset is overwritten."""
+    def append(self, batch: bytes | bytearray, *, verify_crc: bool = True,
+               stamp: Callable[[bytearray, int], None] | None = None) -> AppendInfo:
+        """Append one batch, assigning its offsets. The batch's own base offset is overwritten.
+
+        ``stamp(batch, base_offset)`` may write the assigned offsets into the records (formats that
+        carry per-record offsets); the CRC is recomputed after it.
+        """
         header = decode_header(batch)
         if header.size != len(batch):
             raise CorruptRecord("batch length does not match its header")
@@ -138,6 +145,10 @@ class PartitionLog:
             self._maybe_roll(header.size, now)
             base = self.active.next_offset
             set_base_offset(buf, base)
+            if stamp is not None:
+                stamp(buf, base)
+                refresh_crc(buf)
+                header = decode_header(buf)
             placed = BatchHeader(
                 base, header.batch_length, header.leader_epoch, header.magic, header.crc,
                 header.attributes, header.last_offset_delta, header.base_timestamp,
