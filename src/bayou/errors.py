@@ -139,6 +139,23 @@ class PartitionNotAssigned(BayouError):
 
 
 @_register
+class GroupTopicMismatch(BayouError):
+    code = "GROUP_TOPIC_MISMATCH"
+    default_message = "group is bound to another topic"
+
+    def __init__(self, expected: str, actual: str) -> None:
+        super().__init__(f"group is bound to topic {expected}, not {actual}")
+        self.expected = expected
+        self.actual = actual
+
+
+@_register
+class OffsetRegression(BayouError):
+    code = "OFFSET_REGRESSION"
+    default_message = "committed offset may not move backwards"
+
+
+@_register
 class DuplicateSequence(BayouError):
     code = "DUPLICATE_SEQUENCE"
     default_message = "duplicate sequence number"

@@ -6,11 +6,18 @@ import asyncio
 import enum
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from bayou.broker.groups.coordinator import GroupCoordinator, GroupDescription, GroupView
+from bayou.broker.groups.coordinator import (
+    RTES_POLICY,
+    GroupCoordinator,
+    GroupDescription,
+    GroupPolicy,
+    GroupView,
+)
 from bayou.broker.metadata import ClusterMetadata
 from bayou.broker.partition import FOLLOWER, LEADER, Partition
 from bayou.broker.persist import StateFile
@@ -33,6 +40,36 @@ from bayou.storage.log import GRAVE_SECONDS
 log = logging.getLogger("bayou.broker")
 
 MAX_PARTITIONS = 10_000
+
+# Topic config keys the broker itself reads (the rest are log settings, storage/config.py).
+BROKER_TOPIC_KEYS = {
+    "replication.factor": int,
+    "idempotent": bool,  # de-duplicate producer sequences (Cursus ``idempotent=true``)
+    "event.sourcing": bool,  # Cursus event-sourcing topic (aggregate streams, snapshots)
+}
+
+
+def _split_topic_config(config: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(broker keys, log keys), with broker keys validated and normalised."""
+    broker: dict[str, str] = {}
+    log_keys: dict[str, str] = {}
+    for k, v in config.items():
+        kind = BROKER_TOPIC_KEYS.get(k)
+        if kind is None:
+            log_keys[k] = v
+        elif kind is bool:
+            if str(v).lower() not in ("true", "false"):
+                raise InvalidConfig(f"topic config {k} must be true or false, not {v!r}")
+            broker[k] = str(v).lower()
+        else:
+            try:
+                n = int(str(v))
+            except ValueError:
+                raise InvalidConfig(f"topic config {k} must be an integer, not {v!r}") from None
+            if n < 1:
+                raise InvalidConfig(f"topic config {k} must be >= 1")
+            broker[k] = str(n)
+    return broker, log_keys
 
 
 class Acks(enum.IntEnum):
@@ -122,6 +159,7 @@ class Broker:
             loop.create_task(self._retention_loop(), name="retention"),
             loop.create_task(self._flush_loop(), name="flush"),
             loop.create_task(self._groups_persist_loop(), name="groups-persist"),
+            loop.create_task(self._expiry_loop(), name="group-expiry"),
         ]
         self.started = True
 
@@ -130,7 +168,7 @@ class Broker:
         if not clean:
             log.info("no clean-shutdown marker in %s: validating active segments", self.config.data_dir)
         for name, meta in self.store.load_topics().items():
-            cfg = apply_overrides(self.config.log, meta.config)
+            cfg = apply_overrides(self.config.log, _split_topic_config(meta.config)[1])
             topic = Topic(meta, cfg)
             for p in range(meta.partitions):
                 plog = self.store.open_log(name, p, cfg)
@@ -184,6 +222,10 @@ class Broker:
         t = self.topics.get(topic)
         return len(t.partitions) if t else self.config.default_partitions
 
+    def topic_flag(self, topic: str, key: str) -> bool:
+        t = self.topics.get(topic)
+        return t is not None and t.meta.config.get(key) == "true"
+
     def _topic_rf(self, meta: TopicMeta) -> int:
         try:
             return int(meta.config.get("replication.factor", self.config.replication_factor))
@@ -196,11 +238,9 @@ class Broker:
         n = self.config.default_partitions if partitions is None else partitions
         if not 1 <= n <= MAX_PARTITIONS:
             raise InvalidPartitions(f"partitions must be between 1 and {MAX_PARTITIONS}")
-        overrides = dict(config or {})
-        rf = overrides.pop("replication.factor", None)
-        log_cfg = apply_overrides(self.config.log, overrides)
-        if rf is not None:
-            overrides["replication.factor"] = str(int(rf))
+        broker_keys, log_keys = _split_topic_config(dict(config or {}))
+        log_cfg = apply_overrides(self.config.log, log_keys)
+        overrides = {**log_keys, **broker_keys}
         async with self._admin_lock:
             existing = self.topics.get(name)
             if existing is not None:
@@ -306,12 +346,13 @@ class Broker:
                     merged.pop(k, None)
                 else:
                     merged[k] = v
-            overrides = {k: v for k, v in merged.items() if k != "replication.factor"}
+            broker_keys, log_keys = _split_topic_config(merged)
             try:
-                cfg = apply_overrides(self.config.log, overrides)
+                cfg = apply_overrides(self.config.log, log_keys)
             except (TypeError, ValueError) as exc:
                 raise InvalidConfig(str(exc)) from None
-            topic.meta.config = merged
+            topic.meta.config = {**log_keys, **broker_keys}
+            merged = dict(topic.meta.config)
             await asyncio.get_running_loop().run_in_executor(self._io, self.store.write_topic, topic.meta)
             topic.log_config = cfg
             for part in topic.partitions:
@@ -326,16 +367,26 @@ class Broker:
             raise NotLeader()
 
     async def produce(self, topic: str, partition: int, batch: bytes | bytearray,
-                      acks: Acks = Acks.LEADER) -> ProduceResult:
-        """Append one batch (its base offset is assigned here) and acknowledge per ``acks``."""
+                      acks: Acks = Acks.LEADER, *,
+                      stamp: Callable[[bytearray, int], None] | None = None,
+                      create: bool = True) -> ProduceResult:
+        """Append one batch (its base offset is assigned here) and acknowledge per ``acks``.
+
+        ``stamp`` writes the assigned offsets into formats that carry them per record (the batch
+        was built by the caller, so its CRC is computed after stamping instead of verified).
+        With ``create=False`` an unknown topic is an error even when auto-creation is on.
+        """
         if self.closing:
             raise BrokerShuttingDown()
-        t = await self.ensure_topic(topic)
+        t = await self.ensure_topic(topic) if create else self.topic(topic)
         if not 0 <= partition < len(t.partitions):
             raise UnknownPartition(f"topic {topic} has no partition {partition}")
         part = t.partitions[partition]
         self._check_leader(part)
-        info = part.log.append(batch)
+        if stamp is None:
+            info = part.log.append(batch)
+        else:
+            info = part.log.append(batch, verify_crc=False, stamp=stamp)
         end = info.last_offset + 1
         if part.log.config.fsync.mode == "always":
             await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)
@@ -438,10 +489,29 @@ class Broker:
 
     # -- consumer groups and offsets -----------------------------------------------------------
 
-    async def join_group(self, group: str, topic: str, member: str, assignor: str | None = None) -> GroupView:
-        view = self.groups.join(group, topic, member, assignor)
+    async def join_group(self, group: str, topic: str, member: str, assignor: str | None = None,
+                         policy: GroupPolicy = RTES_POLICY) -> GroupView:
+        view = self.groups.join(group, topic, member, assignor, policy)
         await self._groups_file.save()
         return view
+
+    async def register_group(self, group: str, topic: str, policy: GroupPolicy,
+                             assignor: str | None = None) -> GroupDescription:
+        """Register ``group`` for ``topic`` (no member joins); the existing group if there is one."""
+        existed = group in self.groups.groups
+        self.groups.register(group, topic, policy, assignor,
+                             None if policy.rebind_topic else self.partition_count(topic))
+        if not existed:
+            await self._groups_file.save()
+        return self.groups.describe(group)
+
+    async def resume_group(self, group: str, topic: str, member: str, generation: int) -> GroupView:
+        before = self._generation(group)
+        try:
+            return self.groups.resume(group, topic, member, generation)
+        finally:
+            if self._generation(group) != before:
+                await self._groups_file.save()
 
     async def sync_group(self, group: str, topic: str, member: str, generation: int) -> GroupView:
         before = self._generation(group)
@@ -463,7 +533,7 @@ class Broker:
                 await self._groups_file.save()
         self._groups_dirty = True
 
-    async def leave_group(self, group: str, topic: str, member: str, generation: int) -> None:
+    async def leave_group(self, group: str, topic: str, member: str, generation: int | None) -> None:
         try:
             self.groups.leave(group, topic, member, generation)
         finally:
@@ -482,6 +552,23 @@ class Broker:
                 if self._generation(group) != before:
                     await self._groups_file.save()
         self.groups.store_offset(group, topic, partition, offset)
+        await self._offsets_file.save()
+
+    async def commit_offsets(self, group: str, topic: str, entries: dict[int, int], *,
+                             member: str, generation: int) -> None:
+        """Commit several partitions at once, all or nothing, each checked for ownership."""
+        if any(off < 0 for off in entries.values()):
+            raise OffsetOutOfRange("invalid offset")
+        before = self._generation(group)
+        try:
+            for p in entries:
+                self.groups.check_commit(group, topic, member, generation, p)
+        finally:
+            if self._generation(group) != before:
+                await self._groups_file.save()
+        self.groups.check_offsets(group, topic, entries)
+        for p, off in entries.items():
+            self.groups.store_offset(group, topic, p, off)
         await self._offsets_file.save()
 
     def committed_offset(self, group: str, topic: str, partition: int) -> int | None:
@@ -532,6 +619,13 @@ class Broker:
                             await loop.run_in_executor(self._io, part.log.flush)
                         except OSError:
                             log.exception("flush failed for %s/%d", part.topic, part.index)
+
+    async def _expiry_loop(self) -> None:
+        """Sweep the groups whose policy expires members in the background (Cursus: every 5 s)."""
+        while True:
+            await asyncio.sleep(self.config.group_expiry_check_ms / 1000)
+            if self.groups.sweep_all(active_only=True):
+                await self._groups_file.save(wait=False)
 
     async def _groups_persist_loop(self) -> None:
         while True:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from bayou.broker.producers import ProducerTable
 from bayou.broker.replication import ReplicaTracker
 from bayou.broker.settings import BrokerConfig
 from bayou.storage.log import PartitionLog
@@ -22,6 +23,8 @@ class Partition:
                                        config.replica_max_lag, config.replica_lag_timeout_ms)
         self._waiters: list[asyncio.Future[None]] = []
         self.last_flush = 0.0
+        self.producers = ProducerTable()
+        self.round_robin = 0  # next partition hint for unkeyed, unpartitioned produce
 
     @property
     def leader_last(self) -> int:

@@ -23,6 +23,7 @@ class BrokerConfig:
     replica_lag_timeout_ms: int = 10_000
     ack_all_timeout_ms: int = 2_000
     group_session_timeout_ms: int = 10_000
+    group_expiry_check_ms: int = 5_000
     retention_check_interval_ms: int = 30_000
     heartbeat_persist_interval_ms: int = 1_000
 

@@ -21,13 +21,36 @@ from bayou.broker.groups.assignors import ASSIGNORS
 from bayou.broker.groups.state import GroupEvent, GroupState, transition
 from bayou.errors import (
     GroupNotFound,
+    GroupTopicMismatch,
     IllegalGeneration,
     InvalidRequest,
+    OffsetRegression,
     PartitionNotAssigned,
     UnknownMember,
 )
 
 DEFAULT_ASSIGNOR = "round_robin"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPolicy:
+    """How a group behaves, fixed by the protocol that created it.
+
+    V1 (the default): created at generation 1, a JOIN naming another topic moves the group there,
+    expiry is checked lazily, commits may move backwards. Cursus: created at generation 0, bound to
+    its topic for good, expiry also swept in the background, commits are monotonic.
+    """
+
+    name: str = "rtes"
+    initial_generation: int = 1
+    rebind_topic: bool = True
+    active_expiry: bool = False
+    monotonic_commits: bool = False
+
+
+RTES_POLICY = GroupPolicy()
+CURSUS_POLICY = GroupPolicy("cursus", 0, False, True, True)
+POLICIES = {p.name: p for p in (RTES_POLICY, CURSUS_POLICY)}
 
 
 def wall_ms() -> int:
@@ -50,6 +73,9 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)  # join order
     assignments: dict[str, list[int]] = field(default_factory=dict)
     state: GroupState = GroupState.EMPTY
+    policy: GroupPolicy = RTES_POLICY
+    partitions: int | None = None  # fixed at registration for policies that bind the topic
+    last_rebalance_ms: int = 0
 
     def fire(self, event: GroupEvent) -> None:
         self.state = transition(self.state, event)
@@ -69,6 +95,9 @@ class GroupDescription:
     assignor: str
     state: str
     members: tuple[tuple[str, int, tuple[int, ...]], ...]  # (id, last_seen_ms, partitions)
+    partition_count: int = 0
+    last_rebalance_ms: int = 0
+    policy: str = "rtes"
 
 
 class GroupCoordinator:
@@ -83,7 +112,9 @@ class GroupCoordinator:
     # -- helpers -------------------------------------------------------------------------------
 
     def _rebalance(self, g: Group) -> None:
-        g.assignments = ASSIGNORS[g.assignor](list(g.members), self.partition_count(g.topic))
+        n = g.partitions if g.partitions is not None else self.partition_count(g.topic)
+        g.assignments = ASSIGNORS[g.assignor](list(g.members), n)
+        g.last_rebalance_ms = self.clock()
         g.fire(GroupEvent.MEMBERSHIP_CHANGED if g.members else GroupEvent.LAST_MEMBER_GONE)
 
     def _sweep(self, g: Group) -> bool:
@@ -97,13 +128,22 @@ class GroupCoordinator:
         self._rebalance(g)
         return True
 
-    def _checked(self, group: str, topic: str, member: str, generation: int) -> tuple[Group, Member]:
+    def _group(self, group: str, topic: str) -> Group:
         g = self.groups.get(group)
-        if g is None or g.topic != topic:
+        if g is None:
             raise GroupNotFound()
+        if g.topic != topic:
+            if g.policy.rebind_topic:
+                raise GroupNotFound()
+            raise GroupTopicMismatch(g.topic, topic)
+        return g
+
+    def _checked(self, group: str, topic: str, member: str, generation: int | None
+                 ) -> tuple[Group, Member]:
+        g = self._group(group, topic)
         self._sweep(g)
-        if generation != g.generation:
-            raise IllegalGeneration()
+        if generation is not None and generation != g.generation:
+            raise IllegalGeneration(f"stale generation: current {g.generation}, got {generation}")
         mem = g.members.get(member)
         if mem is None:
             raise UnknownMember()
@@ -122,12 +162,24 @@ class GroupCoordinator:
 
     # -- operations ----------------------------------------------------------------------------
 
-    def join(self, group: str, topic: str, member: str, assignor: str | None = None) -> GroupView:
-        if assignor is not None and assignor not in ASSIGNORS:
-            raise InvalidRequest(f"unknown assignor {assignor!r}")
+    def register(self, group: str, topic: str, policy: GroupPolicy, assignor: str | None = None,
+                 partitions: int | None = None) -> Group:
+        """The group, created for ``topic`` under ``policy`` if it does not exist yet."""
         g = self.groups.get(group)
         if g is None:
-            g = self.groups[group] = Group(group, topic, assignor=assignor or DEFAULT_ASSIGNOR)
+            g = self.groups[group] = Group(
+                group, topic, policy.initial_generation, assignor or DEFAULT_ASSIGNOR,
+                policy=policy, partitions=partitions)
+        return g
+
+    def join(self, group: str, topic: str, member: str, assignor: str | None = None,
+             policy: GroupPolicy = RTES_POLICY) -> GroupView:
+        if assignor is not None and assignor not in ASSIGNORS:
+            raise InvalidRequest(f"unknown assignor {assignor!r}")
+        g = self.register(group, topic, policy, assignor,
+                          None if policy.rebind_topic else self.partition_count(topic))
+        if g.topic != topic and not g.policy.rebind_topic:
+            raise GroupTopicMismatch(g.topic, topic)
         if g.topic != topic:
             g.topic = topic
             g.members.clear()
@@ -147,6 +199,12 @@ class GroupCoordinator:
             mem.last_seen_ms = self.clock()
         return self._view(g, member)
 
+    def resume(self, group: str, topic: str, member: str, generation: int) -> GroupView:
+        """Rejoin as an existing member at its generation, without a rebalance."""
+        g, mem = self._checked(group, topic, member, generation)
+        self._confirm(g, mem)
+        return self._view(g, member)
+
     def sync(self, group: str, topic: str, member: str, generation: int) -> GroupView:
         g, mem = self._checked(group, topic, member, generation)
         self._confirm(g, mem)
@@ -156,7 +214,8 @@ class GroupCoordinator:
         g, mem = self._checked(group, topic, member, generation)
         self._confirm(g, mem)
 
-    def leave(self, group: str, topic: str, member: str, generation: int) -> None:
+    def leave(self, group: str, topic: str, member: str, generation: int | None) -> None:
+        """Remove a member; ``generation`` None leaves unconditionally (clients that never send it)."""
         g, _mem = self._checked(group, topic, member, generation)
         del g.members[member]
         g.generation += 1
@@ -169,13 +228,33 @@ class GroupCoordinator:
             raise PartitionNotAssigned()
 
     def store_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        g = self.groups.get(group)
+        if g is not None and g.policy.monotonic_commits:
+            current = self.offsets.get((group, topic, partition))
+            if current is not None and offset < current:
+                raise OffsetRegression(
+                    f"offset regression group={group} topic={topic} partition={partition} "
+                    f"current={current} got={offset}")
         self.offsets[(group, topic, partition)] = offset
+
+    def check_offsets(self, group: str, topic: str, entries: dict[int, int]) -> None:
+        """Raise OffsetRegression if any entry would move a monotonic group's offset back."""
+        g = self.groups.get(group)
+        if g is None or not g.policy.monotonic_commits:
+            return
+        for partition, offset in entries.items():
+            current = self.offsets.get((group, topic, partition))
+            if current is not None and offset < current:
+                raise OffsetRegression(
+                    f"offset regression group={group} topic={topic} partition={partition} "
+                    f"current={current} got={offset}")
 
     def committed(self, group: str, topic: str, partition: int) -> int | None:
         return self.offsets.get((group, topic, partition))
 
-    def sweep_all(self) -> list[str]:
-        return [name for name, g in self.groups.items() if self._sweep(g)]
+    def sweep_all(self, active_only: bool = False) -> list[str]:
+        return [name for name, g in self.groups.items()
+                if (g.policy.active_expiry or not active_only) and self._sweep(g)]
 
     def describe(self, group: str) -> GroupDescription:
         g = self.groups.get(group)
@@ -186,6 +265,8 @@ class GroupCoordinator:
             g.name, g.topic, g.generation, g.assignor, g.state.value,
             tuple((m.member_id, m.last_seen_ms, tuple(g.assignments.get(m.member_id, ())))
                   for m in g.members.values()),
+            g.partitions if g.partitions is not None else self.partition_count(g.topic),
+            g.last_rebalance_ms, g.policy.name,
         )
 
     def list_groups(self) -> list[str]:
@@ -212,6 +293,9 @@ class GroupCoordinator:
                 "members": [{"consumer_id": m.member_id, "last_heartbeat_unix_ms": m.last_seen_ms}
                             for m in g.members.values()],
             }
+            if g.policy is not RTES_POLICY:  # bayou additions, after the original's fields
+                out[name]["policy"] = g.policy.name
+                out[name]["partitions"] = g.partitions
         return _go_json(out)
 
     def offsets_json(self) -> bytes:
@@ -241,6 +325,12 @@ class GroupCoordinator:
                 if mid in g.members:
                     g.assignments[mid] = [int(p) for p in parts or []]
             g.state = GroupState.COMPLETING_REBALANCE if g.members else GroupState.EMPTY
+            policy = POLICIES.get(str(gd.get("policy") or "rtes"), RTES_POLICY)
+            if policy is not RTES_POLICY:
+                g.policy = policy
+                g.generation = max(0, int(gd.get("generation") or 0))
+                parts = gd.get("partitions")
+                g.partitions = int(parts) if parts is not None else None
             groups[g.name] = g
         self.groups.update(groups)
 
