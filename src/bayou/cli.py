@@ -41,21 +41,26 @@ def main() -> None:
 @click.option("--data-dir", help="Where logs, offsets and group state live. [default: ./data]")
 @click.option("--rtes", metavar="HOST:PORT|off",
               help="V1 line protocol listener. [default: 0.0.0.0:9092]")
+@click.option("--cursus", metavar="HOST:PORT|off",
+              help="Cursus listener (text commands + binary batches). [default: 0.0.0.0:9000]")
+@click.option("--advertised-host", metavar="HOST",
+              help="Host name Cursus clients are told to connect to (METADATA, FIND_COORDINATOR). "
+                   "[default: localhost]")
 @click.option("--fsync", metavar="always|interval:MS|never",
               help="When appends reach the disk: 'always' acknowledges after fsync (group commit). "
                    "[default: always]")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", default="json", show_default=True, type=click.Choice(["json", "text"]))
-def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, fsync: str | None,
-          log_level: str, log_format: str) -> None:
+def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, cursus: str | None,
+          advertised_host: str | None, fsync: str | None, log_level: str, log_format: str) -> None:
     """Run one broker with every implemented protocol on its port.
 
     \b
     Examples:
       bayou serve                                  # defaults, data in ./data
       bayou serve --data-dir /var/lib/bayou --fsync interval:100
-      bayou serve --rtes 127.0.0.1:19092 --config bayou.toml
+      bayou serve --rtes 127.0.0.1:19092 --cursus off --config bayou.toml
     """
     from bayou.config import load_config
     from bayou.server.app import run_server
@@ -63,7 +68,8 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, fsyn
 
     setup_logging(log_level, log_format)
     try:
-        cfg = load_config(config_file, data_dir=data_dir, fsync=fsync, listeners={"rtes": rtes})
+        cfg = load_config(config_file, data_dir=data_dir, fsync=fsync,
+                          listeners={"rtes": rtes, "cursus": cursus}, advertised_host=advertised_host)
     except BayouError as exc:
         raise click.BadParameter(exc.message) from None
     try:

@@ -6,8 +6,11 @@ Example ``bayou.toml``::
     fsync = "always"                 # always | never | interval:<ms>
     max_connections = 10000
 
+    advertised_host = "localhost"    # what Cursus METADATA / FIND_COORDINATOR tell clients
+
     [listeners]
-    rtes = "0.0.0.0:9092"            # or "off"
+    rtes = "0.0.0.0:9092"            # V1 line protocol, or "off"
+    cursus = "0.0.0.0:9000"          # Cursus, or "off"
 
     [broker]
     default_partitions = 3
@@ -60,7 +63,8 @@ def parse_listen(text: str, protocol: str) -> tuple[str, int] | None:
 
 
 def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync: str | None = None,
-                listeners: dict[str, str | None] | None = None) -> ServerConfig:
+                listeners: dict[str, str | None] | None = None,
+                advertised_host: str | None = None) -> ServerConfig:
     raw: dict[str, Any] = {}
     if path is not None:
         try:
@@ -68,7 +72,7 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise InvalidConfig(f"cannot read config {path}: {exc}") from None
     unknown = set(raw) - {"data_dir", "fsync", "listeners", "broker", "log", "max_connections",
-                          "shutdown_grace_s"}
+                          "shutdown_grace_s", "advertised_host"}
     if unknown:
         raise InvalidConfig(f"unknown config keys: {', '.join(sorted(unknown))}")
 
@@ -97,4 +101,5 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
             addrs[name] = parse_listen(value, name)
     return ServerConfig(broker=broker, listeners=addrs,
                         max_connections=int(raw.get("max_connections", 10_000)),
-                        shutdown_grace_s=float(raw.get("shutdown_grace_s", 10.0)))
+                        shutdown_grace_s=float(raw.get("shutdown_grace_s", 10.0)),
+                        advertised_host=str(advertised_host or raw.get("advertised_host", "localhost")))

@@ -198,6 +198,7 @@ max_connections = 100
 
 [listeners]
 rtes = "127.0.0.1:{port}"
+cursus = "off"
 
 [broker]
 default_partitions = 5
@@ -258,7 +259,7 @@ def test_invalid_fsync(tmp_path: Path, value: str) -> None:
     (("--rtes", "127.0.0.1:70000"), "out of range"),
 ])
 def test_invalid_listener(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
-    r = bayou("serve", "--data-dir", str(tmp_path / "data"), *args)
+    r = bayou("serve", "--data-dir", str(tmp_path / "data"), "--cursus", "off", *args)
     assert r.returncode != 0
     assert message in r.stderr, r.stderr
 
@@ -290,7 +291,8 @@ def test_port_in_use(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        r = bayou("serve", "--data-dir", str(tmp_path / "data"), "--rtes", f"127.0.0.1:{port}")
+        r = bayou("serve", "--data-dir", str(tmp_path / "data"), "--rtes", f"127.0.0.1:{port}",
+                  "--cursus", "off")
     assert r.returncode != 0
     assert "Traceback" not in r.stderr, r.stderr
     assert "cannot start" in r.stderr or "in use" in r.stderr, r.stderr

@@ -344,7 +344,8 @@ def test_second_broker_on_same_data_dir_refused(tmp_path: Path) -> None:
         with RtesClient("127.0.0.1", broker.port) as c:
             c.produce("orders", "a", "before")
         second = subprocess.run(
-            [sys.executable, "-m", "bayou", "serve", "--data-dir", str(data), "--rtes", "127.0.0.1:0"],
+            [sys.executable, "-m", "bayou", "serve", "--data-dir", str(data), "--rtes", "127.0.0.1:0",
+             "--cursus", "off"],
             capture_output=True, timeout=30, text=True)
         assert second.returncode != 0
         assert "in use" in second.stderr, second.stderr

@@ -69,9 +69,10 @@ class BrokerProcess:
     """``python -m bayou serve`` as a real subprocess on a fixed loopback port."""
 
     def __init__(self, data_dir: Path, *extra_args: str, port: int | None = None,
-                 fsync: str = "always") -> None:
+                 fsync: str = "always", cursus_port: int | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
+        self.cursus_port = cursus_port or free_port()
         self.extra = list(extra_args)
         self.fsync = fsync
         self.proc: subprocess.Popen[bytes] | None = None
@@ -82,7 +83,8 @@ class BrokerProcess:
         logf = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bayou", "serve", "--data-dir", str(self.data_dir),
-             "--rtes", f"127.0.0.1:{self.port}", "--fsync", self.fsync, *self.extra],
+             "--rtes", f"127.0.0.1:{self.port}", "--cursus", f"127.0.0.1:{self.cursus_port}",
+             "--fsync", self.fsync, *self.extra],
             stdout=logf, stderr=subprocess.STDOUT, env=env)
         logf.close()
         deadline = time.monotonic() + timeout

@@ -11,15 +11,34 @@ from dataclasses import dataclass, field
 
 from bayou.broker import Broker, BrokerConfig
 from bayou.server.base import Connection, ConnectionLimits, Listener
+from bayou.server.cursus import Advertised, CursusService, cursus_handler
 from bayou.server.rtes import RtesService, rtes_handler
 
 log = logging.getLogger("bayou.server")
 
-HandlerFactory = Callable[[Broker], Callable[[Connection, Listener], Awaitable[None]]]
+Handler = Callable[[Connection, Listener], Awaitable[None]]
+HandlerFactory = Callable[["BayouServer", str], Handler]
+
+
+def _cursus(server: BayouServer, name: str) -> Handler:
+    listener_addr = server.config.listeners[name]
+    assert listener_addr is not None
+    port = listener_addr[1]
+    advertised = Advertised(server.config.advertised_host, port)
+    service = CursusService(server.broker, advertised)
+
+    async def serve(conn: Connection, listener: Listener) -> None:
+        if service.advertised.port != listener.port:  # bound to an ephemeral port
+            service.advertised = Advertised(server.config.advertised_host, listener.port)
+        await cursus_handler(service)(conn, listener)
+
+    return serve
+
 
 # Every implemented protocol: name -> (default port, handler factory).
 PROTOCOLS: dict[str, tuple[int, HandlerFactory]] = {
-    "rtes": (9092, lambda broker: rtes_handler(RtesService(broker))),
+    "rtes": (9092, lambda server, _name: rtes_handler(RtesService(server.broker))),
+    "cursus": (9000, _cursus),
 }
 
 
@@ -31,12 +50,14 @@ class ServerConfig:
         default_factory=lambda: {name: ("0.0.0.0", port) for name, (port, _f) in PROTOCOLS.items()})
     max_connections: int = 10_000
     shutdown_grace_s: float = 10.0
+    # The host clients are told to connect to (Cursus METADATA / FIND_COORDINATOR).
+    advertised_host: str = "localhost"
 
 
 class BayouServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.broker = Broker(config.broker)
+        self.broker: Broker = Broker(config.broker)
         self.listeners: dict[str, Listener] = {}
         self._stopping: asyncio.Event | None = None
         self._counter = [0]
@@ -49,7 +70,7 @@ class BayouServer:
                 if addr is None:
                     continue
                 _port, factory = PROTOCOLS[name]
-                listener = Listener(name, addr[0], addr[1], factory(self.broker), limits, self._counter)
+                listener = Listener(name, addr[0], addr[1], factory(self, name), limits, self._counter)
                 await listener.start()
                 self.listeners[name] = listener
         except BaseException:
