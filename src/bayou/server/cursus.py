@@ -48,6 +48,7 @@ from bayou.records.cursus import (
     stamp_offsets,
 )
 from bayou.server.base import Connection, Listener
+from bayou.server.cursus_events import EventStore, SnapshotAhead, VersionConflict
 from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.cursus")
@@ -69,6 +70,9 @@ def fnv1a_32(data: bytes) -> int:
     for b in data:
         h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
     return h
+
+
+Body = bytes | list[bytes] | None  # one reply frame, several (READ_STREAM), or none
 
 
 class Reply(Exception):
@@ -100,7 +104,7 @@ class CursusService:
         self.broker = broker
         self.advertised = advertised
         self.streams: dict[str, asyncio.Task[object]] = {}
-        self.table: dict[str, Callable[[Command, ConnState, Connection | None], Awaitable[bytes | None]]] = {
+        self.table: dict[str, Callable[[Command, ConnState, Connection | None], Awaitable[Body]]] = {
             "CREATE": self.create,
             "DELETE": self.delete,
             "LIST": self.list_topics,
@@ -124,12 +128,18 @@ class CursusService:
             "REGISTER_GROUP": self.register_group,
             "GROUP_STATUS": self.group_status,
             "LIST_GROUPS": self.list_groups,
+            "APPEND_STREAM": self.append_stream,
+            "STREAM_VERSION": self.stream_version,
+            "SAVE_SNAPSHOT": self.save_snapshot,
+            "READ_SNAPSHOT": self.read_snapshot,
+            "READ_STREAM": self.read_stream,
         }
+        self.events = EventStore(broker)
 
     # -- dispatch ------------------------------------------------------------------------------
 
-    async def handle(self, body: bytes, state: ConnState, conn: Connection | None = None) -> bytes | None:
-        """One frame body -> the reply body (None: no reply). Raises CursusError to close."""
+    async def handle(self, body: bytes, state: ConnState, conn: Connection | None = None) -> Body:
+        """One frame body -> the reply body or bodies (None: no reply). Raises CursusError to close."""
         body = maybe_decompress(body)
         item = classify(body)
         try:
@@ -258,6 +268,7 @@ class CursusService:
             raise err("missing_topic", ("expected", "DELETE topic=<name>"))
         self._topic_exists(topic)
         await self.broker.delete_topic(topic)
+        self.events.forget(topic)
         return replies.ok(("topic", topic), ("deleted", True))
 
     async def list_topics(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
@@ -658,6 +669,99 @@ class CursusService:
         names = self.broker.groups.list_groups()
         return replies.ok(("count", len(names)), ("groups", ",".join(names)))
 
+    # -- event sourcing ------------------------------------------------------------------------
+
+    def _es_topic(self, cmd: Command) -> tuple[str, bytes]:
+        topic = cmd.args.get("topic")
+        if not topic:
+            raise err("missing_topic")
+        key = cmd.args.get("key")
+        if not key:
+            raise err("missing_key")
+        if topic not in self.broker.topics:
+            raise err("topic_not_found", ("topic", topic))
+        if not self.broker.topic_flag(topic, "event.sourcing"):
+            raise err("event_sourcing_not_enabled", ("topic", topic))
+        return topic, key.encode()
+
+    @staticmethod
+    def _version_arg(cmd: Command, name: str = "version", required: bool = True) -> int | None:
+        if name not in cmd.args:
+            if required:
+                raise err(f"missing_{name}")
+            return None
+        v = parse_int(cmd.args[name])
+        if v is None or v < 0:
+            raise err(f"invalid_{name}")
+        return v
+
+    async def append_stream(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
+        topic, key = self._es_topic(cmd)
+        version = self._version_arg(cmd)
+        assert version is not None
+        if not cmd.message:
+            raise err("missing_message")
+        schema = parse_int(cmd.args.get("schema_version", "1"))
+        if schema is None or not 0 <= schema < 1 << 32:
+            raise err("invalid_schema_version")
+        try:
+            offset, p = await self.events.append(
+                topic, key, version, cmd.message.encode(), cmd.args.get("event_type", "").encode(),
+                schema, cmd.args.get("metadata", "").encode(), cmd.args.get("producerId", "").encode())
+        except VersionConflict as exc:
+            raise err("version_conflict", ("current", exc.current), ("expected", exc.expected)) from None
+        return replies.ok(("version", version), ("offset", offset), ("partition", p))
+
+    async def stream_version(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
+        topic, key = self._es_topic(cmd)
+        return replies.ok(("version", await self.events.version(topic, key)))
+
+    async def save_snapshot(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
+        topic, key = self._es_topic(cmd)
+        version = self._version_arg(cmd)
+        assert version is not None
+        if cmd.message is None:
+            raise err("missing_message")
+        try:
+            p = await self.events.save_snapshot(topic, key, version, cmd.message)
+        except SnapshotAhead as exc:
+            raise err("snapshot_version_exceeds_stream", ("version", exc.version),
+                      ("current", exc.current)) from None
+        return replies.ok(("version", version), ("partition", p))
+
+    async def read_snapshot(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
+        topic, key = self._es_topic(cmd)
+        snap = self.events.snapshot(topic, key)
+        if snap is None:
+            return replies.ok(("snapshot", replies.Raw("null")))
+        body = replies.json_body({"version": snap.version, "payload": snap.payload}).decode()
+        return replies.ok(("snapshot", replies.Raw(body)))
+
+    async def read_stream(self, cmd: Command, state: ConnState, conn: Connection | None) -> list[bytes]:
+        try:
+            topic, key = self._es_topic(cmd)
+            from_version = self._version_arg(cmd, "from_version", required=False) or 1
+        except Reply as r:  # READ_STREAM errors are a single JSON frame
+            code = r.body.decode(errors="replace").removeprefix("ERROR: ")
+            return [replies.json_body({"status": "ERROR", "error": code})]
+        p = self.events.partition_of(topic, key)
+        head: dict[str, object] = {"status": "OK", "topic": topic, "key": key.decode(errors="replace"),
+                                   "partition": p}
+        snap = self.events.snapshot(topic, key)
+        start = from_version
+        if snap is not None and snap.version >= from_version:
+            start = snap.version + 1
+        events = await self.events.events(topic, key, start)
+        head["count"] = len(events)
+        if snap is not None and snap.version >= from_version:
+            head["snapshot"] = {"version": snap.version, "payload": snap.payload}
+        out = bytearray()
+        for m in events:
+            encode_message(m, out)
+        first = events[0].seq_num if events else 0
+        last = events[-1].seq_num if events else 0
+        return [replies.json_body(head), cb.encode_batch(topic, p, bytes(out), len(events), first, last)]
+
     # -- reading -------------------------------------------------------------------------------
 
     async def _read_messages(self, topic: str, partition: int, offset: int, limit: int,
@@ -895,7 +999,8 @@ def cursus_handler(service: CursusService) -> Callable[[Connection, Listener], A
                 if state.streaming:
                     return  # the stream owned the connection until it ended
                 if reply is not None:
-                    conn.writer.write(encode_frame(reply))
+                    for frame in reply if isinstance(reply, list) else [reply]:
+                        conn.writer.write(encode_frame(frame))
                     await conn.writer.drain()
             if reader.overflowed:
                 return
