@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from bayou.broker import Acks, Broker
 from bayou.broker.groups.coordinator import CURSUS_POLICY
+from bayou.broker.producers import ProducerEntry
 from bayou.errors import (
     BayouError,
     GroupNotFound,
@@ -135,6 +136,7 @@ class CursusService:
             "READ_STREAM": self.read_stream,
         }
         self.events = EventStore(broker)
+        self._producers_loaded: set[tuple[str, int]] = set()
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -339,6 +341,8 @@ class CursusService:
         part = self.broker.partition(topic, partition)
         previous = None
         if self.broker.topic_flag(topic, "idempotent"):
+            if (topic, partition) not in self._producers_loaded:
+                await self._load_producers(topic, partition)
             ids = []
             for s in starts[:-1]:
                 m, _ = decode_message(body, s)
@@ -371,6 +375,31 @@ class CursusService:
                 part.producers.restore(previous)
             raise
         return part.log.next_offset - 1
+
+    async def _load_producers(self, topic: str, partition: int) -> None:
+        """Rebuild producer sequences from the active segment after a restart (entries older than
+        the active segment are past the 30-minute producer expiry in practice)."""
+        part = self.broker.partition(topic, partition)
+        offset = max(part.log.log_start_offset, part.log.active.base_offset)
+        latest: dict[bytes, tuple[int, int]] = {}
+        while offset < part.log.next_offset:
+            res = await self.broker.fetch(topic, partition, offset, max_bytes=8 << 20,
+                                          upto_log_end=True)
+            if not res.data:
+                break
+            for pos, h in iter_batches(res.data):
+                if h.payload_format != FORMAT_CURSUS or h.compression:
+                    continue
+                starts = message_starts(res.data, pos + HEADER_SIZE, h.record_count, pos + h.size)
+                for s in starts[:-1]:
+                    m, _ = decode_message(res.data, s)
+                    if m.producer_id and m.seq_num:
+                        latest[m.producer_id] = (m.epoch, m.seq_num)
+            offset = res.next_offset
+        now = time.monotonic()
+        for pid, (epoch, seq) in latest.items():
+            part.producers.entries.setdefault(pid, ProducerEntry(epoch, seq, now))
+        self._producers_loaded.add((topic, partition))
 
     async def produce_batch(self, body: bytes, head: cb.BatchHead) -> bytes:
         acks = self._acks(head.acks)

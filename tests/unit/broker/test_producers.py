@@ -1,0 +1,77 @@
+"""Idempotent-producer admission rules (cursus.md 11) and their survival across a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bayou.broker import Broker, BrokerConfig
+from bayou.broker.producers import ProducerTable
+from bayou.errors import OutOfOrderSequence, ProducerFenced
+from bayou.protocols.cursus.batch import encode_batch, encode_messages
+from bayou.records.cursus import CursusMessage
+from bayou.server.cursus import Advertised, ConnState, CursusService
+
+
+def test_rules() -> None:
+    t = ProducerTable()
+    assert t.admit([(b"p", 1, 1), (b"p", 1, 2)])[0] == [True, True]
+    assert t.admit([(b"p", 1, 2), (b"p", 1, 3)])[0] == [False, True]  # replay dropped, next kept
+    assert t.admit([(b"", 0, 0), (b"q", 5, 0)])[0] == [True, True]  # no id or seq 0: never deduped
+    with pytest.raises(OutOfOrderSequence, match="gap"):
+        t.admit([(b"p", 1, 7)])
+    with pytest.raises(OutOfOrderSequence, match="first message for producer"):
+        t.admit([(b"new", 1, 2)])
+    with pytest.raises(ProducerFenced, match="stale_producer_epoch"):
+        t.admit([(b"p", 0, 1)])
+    with pytest.raises(OutOfOrderSequence, match="new producer epoch"):
+        t.admit([(b"p", 2, 5)])
+    assert t.admit([(b"p", 2, 1)])[0] == [True]  # a higher epoch restarts at 1 and fences epoch 1
+    with pytest.raises(ProducerFenced):
+        t.admit([(b"p", 1, 4)])
+
+
+def test_restore_undoes_a_failed_append() -> None:
+    t = ProducerTable()
+    t.admit([(b"p", 1, 1)])
+    _keep, prev = t.admit([(b"p", 1, 2), (b"x", 1, 1)])
+    t.restore(prev)
+    assert t.entries[b"p"].last_seq == 1 and b"x" not in t.entries
+
+
+def _batch(seqs: list[int], epoch: int = 1) -> bytes:
+    msgs = [CursusMessage(b"v%d" % s, 0, s, b"p1", b"", epoch) for s in seqs]
+    return encode_batch("idem", 0, encode_messages(msgs), len(msgs), seqs[0], seqs[-1])
+
+
+async def test_replays_are_stored_once_even_after_a_restart(tmp_path: Path) -> None:
+    for restart in (False, True):
+        b = Broker(BrokerConfig(data_dir=tmp_path / "d"))
+        await b.start()
+        try:
+            s = CursusService(b, Advertised("localhost", 9000))
+            st = ConnState()
+            if not restart:
+                await s.handle(b"\x00\x00CREATE topic=idem partitions=1 idempotent=true", st)
+            ack = await s.handle(_batch([1, 2, 3]), st)
+            assert isinstance(ack, bytes) and ack.startswith(b'{"status":"OK"')
+            assert b.partition("idem", 0).log.next_offset == 3  # the replay after restart: stored once
+            fenced = await s.handle(_batch([1], epoch=0), st)
+            assert isinstance(fenced, bytes) and b"stale_producer_epoch" in fenced
+        finally:
+            await b.stop()
+
+
+async def test_flag_alone_does_not_deduplicate(tmp_path: Path) -> None:
+    b = Broker(BrokerConfig(data_dir=tmp_path / "d"))
+    await b.start()
+    try:
+        s = CursusService(b, Advertised("localhost", 9000))
+        st = ConnState()
+        await s.handle(b"\x00\x00CREATE topic=idem partitions=1", st)
+        await s.handle(_batch([1]), st)
+        await s.handle(_batch([1]), st)
+        assert b.partition("idem", 0).log.next_offset == 2  # cursus.md 11: a topic property only
+    finally:
+        await b.stop()
