@@ -921,9 +921,11 @@ class CursusService:
         task = asyncio.current_task()
         assert task is not None
         self.streams[key] = task
+        conn.busy -= 1  # a stream is not an in-flight request: shutdown cancels it at once
         try:
             await self._push(conn, topic, p, group, start, max(1, limit), key)
         finally:
+            conn.busy += 1
             if self.streams.get(key) is task:
                 del self.streams[key]
         return None
