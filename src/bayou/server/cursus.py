@@ -211,7 +211,7 @@ class CursusService:
         try:
             validate_topic_name(topic)
         except InvalidTopicName:
-            raise err("invalid_topic_name", ("topic", topic),
+            raise err("invalid_topic_name", ("topic", replies.Quoted(topic)),
                       ("reason", "use 1-249 of letters, digits, '.', '_', '-', not '.' or '..'")) from None
         n = DEFAULT_PARTITIONS
         if "partitions" in args:
@@ -332,8 +332,10 @@ class CursusService:
 
     @staticmethod
     def _acks(text: str) -> Acks | None:
-        return {"0": Acks.NONE, "1": Acks.LEADER, "": Acks.LEADER, "-1": Acks.ALL,
-                "all": Acks.ALL}.get(text.lower())
+        # A standalone Cursus broker treats -1/all exactly like 1 (vector 04): on a single node the
+        # V1 protocol's follower reports are the only "replicas", and they are not Cursus's.
+        return {"0": Acks.NONE, "1": Acks.LEADER, "": Acks.LEADER, "-1": Acks.LEADER,
+                "all": Acks.LEADER}.get(text.lower())
 
     async def _append_messages(self, topic: str, partition: int, body: bytes | bytearray,
                                starts: list[int], acks: Acks) -> int:
@@ -626,12 +628,12 @@ class CursusService:
             text = entry[1:] if entry[:1] in ("P", "p") else entry
             ps, sep, os_ = text.partition(":")
             if not sep:
-                raise err("invalid_batch_commit_entry", ("entry", entry))
+                raise err("invalid_batch_commit_entry", ("entry", replies.Quoted(entry)))
             p, off = parse_int(ps), parse_int(os_)
             if p is None or p < 0:
-                raise err("invalid_partition", ("entry", entry))
+                raise err("invalid_partition", ("entry", replies.Quoted(entry)))
             if off is None or off < 0:
-                raise err("invalid_offset", ("entry", entry))
+                raise err("invalid_offset", ("entry", replies.Quoted(entry)))
             if p in entries:
                 raise err("duplicate_partition", ("partition", p), ("group", group), ("topic", topic))
             entries[p] = off
