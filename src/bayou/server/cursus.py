@@ -523,9 +523,16 @@ class CursusService:
                 view = await self.broker.resume_group(group, topic, member, gen)
                 return replies.ok(("generation", view.generation), ("member", member),
                                   ("assignments", list(view.assignment)), ("resumed", True))
-            member_id = f"{member}-{random.randrange(10_000):04d}"
-            while member_id in self.broker.groups.groups.get(group, _NO_GROUP).members:
+            members = self.broker.groups.groups.get(group, _NO_GROUP).members
+            if member in members:
+                # A rejoin: the published client re-sends the id it was given (cursus.md 4.9). A
+                # fresh suffix would leave the old id behind until it expires and bump the
+                # generation again, so two members' rejoins would trigger each other for ever.
+                member_id = member
+            else:
                 member_id = f"{member}-{random.randrange(10_000):04d}"
+                while member_id in members:
+                    member_id = f"{member}-{random.randrange(10_000):04d}"
             view = await self.broker.join_group(group, topic, member_id, "range", CURSUS_POLICY)
         except (GroupNotFound, UnknownMember, IllegalGeneration, GroupTopicMismatch) as exc:
             raise self._group_error(exc, group, member, gen) from None
@@ -884,7 +891,10 @@ class CursusService:
         start = state.positions.get((topic, p))
         if start is None:
             committed = self.broker.committed_offset(group, topic, p)
-            start = committed if committed is not None else offset
+            # Never behind the client's own position: the published client polls on a new
+            # connection each time and commits lazily, so a lower committed offset would hand it
+            # records it has already processed.
+            start = offset if committed is None else max(committed, offset)
         part = self.broker.partition(topic, p)
         earliest, latest = part.log.log_start_offset, part.high_watermark
         if start < earliest:
@@ -925,7 +935,10 @@ class CursusService:
         self.streams[key] = task
         conn.busy -= 1  # a stream is not an in-flight request: shutdown cancels it at once
         try:
-            await self._push(conn, topic, p, group, start, max(1, limit), key)
+            # A group member commits what it processed itself; auto-committing the push position
+            # would move the group past records it never handled.
+            await self._push(conn, topic, p, group, start, max(1, limit), key,
+                             auto_commit=not args.get("member"))
         finally:
             conn.busy += 1
             if self.streams.get(key) is task:
@@ -933,7 +946,7 @@ class CursusService:
         return None
 
     async def _push(self, conn: Connection, topic: str, p: int, group: str, position: int, limit: int,
-                    key: str) -> None:
+                    key: str, auto_commit: bool = True) -> None:
         """Push new records as they arrive, keepalives every 5 s, auto-commit every 5 s."""
         loop = asyncio.get_running_loop()
         next_keepalive = loop.time() + STREAM_KEEPALIVE_S
@@ -962,7 +975,7 @@ class CursusService:
                 if now >= next_keepalive:
                     conn.writer.write(KEEPALIVE)
                     next_keepalive = now + STREAM_KEEPALIVE_S
-                if now >= next_commit and position != committed:
+                if now >= next_commit and position != committed and auto_commit:
                     committed = await self._auto_commit(group, topic, p, position, committed)
                     next_commit = now + STREAM_COMMIT_S
                 elif now >= next_commit:
@@ -973,7 +986,7 @@ class CursusService:
             raise
         finally:
             eof.cancel()
-            if position != committed:
+            if position != committed and auto_commit:
                 with contextlib.suppress(Exception):
                     await self._auto_commit(group, topic, p, position, committed)
             if reason:

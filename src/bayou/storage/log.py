@@ -30,6 +30,8 @@ from bayou.records.batch import (
 from bayou.storage.config import LogConfig
 from bayou.storage.segment import LOG_SUFFIX, Segment
 
+READ_CHUNK = 256 * 1024  # first read of a record-limited fetch
+
 log = logging.getLogger("bayou.storage")
 
 
@@ -262,21 +264,31 @@ class PartitionLog:
                 return self.read(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset)
             if first is None:
                 continue
-            want = max(max_bytes, first.size)
-            data = seg.pread(min(want, seg_size - pos), pos)
-            taken = 0
-            count = 0
-            next_off = first.base_offset
-            wanted = 0
-            for p, h in iter_batches(data):
-                if h.last_offset >= limit or (taken and p + h.size > max_bytes):
+            size = min(max(max_bytes, first.size), seg_size - pos)
+            # With a record limit, read in growing chunks rather than max_bytes at once: a small
+            # CONSUME must not copy megabytes it is going to drop.
+            chunk = size if max_records is None else min(size, max(first.size, READ_CHUNK))
+            while True:
+                data = seg.pread(chunk, pos)
+                taken = 0
+                count = 0
+                next_off = first.base_offset
+                wanted = 0
+                done = False
+                for p, h in iter_batches(data):
+                    if h.last_offset >= limit or (taken and p + h.size > max_bytes):
+                        done = True
+                        break
+                    if max_records is not None and taken and wanted >= max_records:
+                        done = True
+                        break
+                    taken = p + h.size
+                    count += h.record_count
+                    wanted += h.next_offset - max(offset, h.base_offset)
+                    next_off = h.next_offset
+                if done or chunk >= size:
                     break
-                if max_records is not None and taken and wanted >= max_records:
-                    break
-                taken = p + h.size
-                count += h.record_count
-                wanted += h.next_offset - max(offset, h.base_offset)
-                next_off = h.next_offset
+                chunk = min(size, chunk * 4)
             return ReadResult(data[:taken], first.base_offset, next_off if taken else offset, count,
                               start, end)
         return ReadResult(b"", offset, offset, 0, start, end)
