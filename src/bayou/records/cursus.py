@@ -10,6 +10,10 @@ round trip through any protocol keeps them.
     offset u64 | seq u64 | producer_id u16-len bytes | key u16-len bytes | epoch i64 |
     payload u32-len bytes | event_type u16-len bytes | schema_version u32 |
     aggregate_version u64 | metadata u16-len bytes
+
+In a ``FORMAT_CURSUS`` batch the header's ``producer_id`` field (Kafka's, unused by this format)
+holds the byte position of the last message within the records section, so a reader can serve a
+whole batch, and report its first and last sequence numbers, without walking every message.
 """
 
 from __future__ import annotations

@@ -124,7 +124,8 @@ class EventStore:
                                      version, metadata), out)
         now = int(time.time() * 1000)
         batch = assemble_batch(bytes(out), record_count=1, base_offset=0,
-                               attributes=FORMAT_CURSUS << 8, base_timestamp=now, max_timestamp=now)
+                               attributes=FORMAT_CURSUS << 8, base_timestamp=now, max_timestamp=now,
+                               producer_id=0)  # the last (only) message starts at 0
         versions[key] = version  # claimed before the append so a concurrent append conflicts
         try:
             res = await self.broker.produce(
