@@ -15,18 +15,13 @@ import pytest
 
 from bayou.client.rtes import RtesClient
 from support.brokers import BrokerProcess, free_port
+from support.oracles import fnv1a_32
 
 
 def bayou(*args: str, stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "bayou", *args], input=stdin, capture_output=True,
                           text=True, timeout=timeout)
 
-
-def fnv1a_32(data: bytes) -> int:
-    h = 0x811C9DC5
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
 
 
 @pytest.fixture(scope="module")

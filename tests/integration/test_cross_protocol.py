@@ -26,15 +26,10 @@ from bayou.records.batch import Record, decode_records, iter_batches
 from bayou.records.cursus import CursusMessage
 from bayou.server.app import BayouServer, ServerConfig
 from support.cursus import FrameConn, envelope
+from support.oracles import fnv1a_32
 
 pytestmark = pytest.mark.timeout(120)
 
-
-def fnv1a_32(data: bytes) -> int:
-    h = 0x811C9DC5
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from cursus.types import Acks, ConsumerMode, Message
 from bayou.protocols.cursus.batch import decode_head, decode_messages, encode_batch, encode_messages
 from bayou.records.cursus import CursusMessage
 from support.brokers import BrokerProcess
+from support.oracles import fnv1a_32, fnv1a_64
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,18 +40,6 @@ _U32 = struct.Struct(">I")
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def fnv1a_32(data: bytes) -> int:
-    h = 0x811C9DC5
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
-
-
-def fnv1a_64(data: bytes) -> int:
-    h = 0xCBF29CE484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
 
 
 def wait_port(port: int, timeout: float = 20.0) -> None:

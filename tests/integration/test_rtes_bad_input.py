@@ -17,6 +17,7 @@ import pytest
 
 from bayou.server.app import BayouServer
 from support.brokers import LineConn, start_inprocess
+from support.oracles import fnv1a_32
 
 EXPECTED_FORMAT = "V1|0|ERR|BAD_REQUEST|expected format V1|<correlation_id>|<command>|<args>"
 MAX_LINE = 65_535  # bytes before the LF that are still accepted
@@ -24,12 +25,6 @@ MAX_LINE = 65_535  # bytes before the LF that are still accepted
 # (key, value) produced to topic "orders" before every test; the keys cover all three partitions.
 SEED = [("user1", "created"), ("user9", "paid"), ("a", "x:y|z"), ("user1", "shipped"), ("", "empty-key")]
 
-
-def fnv1a_32(data: bytes) -> int:
-    h = 0x811C9DC5
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
 
 
 @dataclass

@@ -17,13 +17,7 @@ import pytest
 
 from bayou.server.app import BayouServer
 from support.brokers import BrokerProcess, LineConn, start_inprocess
-
-
-def fnv1a_32(data: bytes) -> int:
-    h = 0x811C9DC5
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
+from support.oracles import fnv1a_32
 
 
 def key_for(partition: int, partitions: int = 3) -> str:

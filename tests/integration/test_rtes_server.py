@@ -22,15 +22,10 @@ from bayou.server.app import BayouServer, ServerConfig
 from bayou.server.rtes import CONSUME_MAX_RECORDS
 from bayou.storage import FsyncPolicy, LogConfig
 from support.brokers import BrokerProcess, LineConn, start_inprocess
+from support.oracles import fnv1a_32
 
 CONSUME_RE = re.compile(rb"V1\|(?P<cid>[^|]*)\|OK\|messages=(?P<msgs>\S*) hw=(?P<hw>-?\d+)\Z")
 
-
-def fnv1a_32(data: bytes) -> int:
-    h = 0x811C9DC5
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
 
 
 def key_for(partition: int, partitions: int = 3, prefix: str = "k") -> str:

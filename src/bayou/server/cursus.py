@@ -49,6 +49,7 @@ from bayou.records.cursus import (
     record_to_message,
     stamp_offsets,
 )
+from bayou.records.hashing import fnv1a_32
 from bayou.server.base import Connection, Listener
 from bayou.server.cursus_events import EventStore, SnapshotAhead, VersionConflict
 from bayou.storage import validate_topic_name
@@ -65,13 +66,6 @@ POLICY_FIELDS = (("cleanup_policy", "delete"), ("partitioner", "hash_key"), ("au
 HELP = ("CREATE,DELETE,LIST,PUBLISH,CONSUME,STREAM,SUBSCRIBE,JOIN_GROUP,SYNC_GROUP,LEAVE_GROUP,HEARTBEAT,"
         "COMMIT,COMMIT_OFFSET,BATCH_COMMIT,FETCH_OFFSET,LIST_OFFSETS,REGISTER_GROUP,GROUP_STATUS,"
         "LIST_GROUPS,DESCRIBE,METADATA,FIND_COORDINATOR,HELP")
-
-
-def fnv1a_32(data: bytes) -> int:
-    h = 0x811C9DC5
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
 
 
 Body = bytes | list[bytes] | None  # one reply frame, several (READ_STREAM), or none

@@ -24,16 +24,7 @@ from bayou.records.cursus import (
     record_to_message,
     stamp_offsets,
 )
-
-_FNV64_BASIS = 0xCBF29CE484222325
-_FNV64_PRIME = 0x100000001B3
-
-
-def fnv1a_64(data: bytes) -> int:
-    h = _FNV64_BASIS
-    for b in data:
-        h = ((h ^ b) * _FNV64_PRIME) & 0xFFFFFFFFFFFFFFFF
-    return h
+from bayou.records.hashing import fnv1a_64
 
 
 class VersionConflict(Exception):

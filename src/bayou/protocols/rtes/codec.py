@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bayou.protocols.rtes import messages as m
+from bayou.records.hashing import fnv1a_32 as fnv1a_32  # re-exported for the V1 API
 
 MAX_LINE = 65_535  # bytes before the LF, CR included
 ENCODING = "utf-8"
@@ -487,10 +488,3 @@ def escape_value(value: bytes) -> bytes:
 def encode_records(records: list[tuple[int, bytes]]) -> bytes:
     """``<offset>:<value>,...`` for CONSUME and BROKER_FETCH."""
     return b",".join(str(o).encode() + b":" + escape_value(v) for o, v in records)
-
-
-def fnv1a_32(data: bytes) -> int:
-    h = 0x811C9DC5
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
