@@ -519,7 +519,8 @@ class CursusService:
                 view = await self.broker.resume_group(group, topic, member, gen)
                 return replies.ok(("generation", view.generation), ("member", member),
                                   ("assignments", list(view.assignment)), ("resumed", True))
-            members = self.broker.groups.groups.get(group, _NO_GROUP).members
+            existing = self.broker.groups.groups.get(group)
+            members = existing.members if existing is not None else {}
             if member in members:
                 # A rejoin: the published client re-sends the id it was given (cursus.md 4.9). A
                 # fresh suffix would leave the old id behind until it expires and bump the
@@ -1014,7 +1015,6 @@ class CursusService:
 
 
 _SEQ = struct.Struct(">Q")
-_NO_GROUP = type("_NoGroup", (), {"members": {}})()
 
 
 def _iso(ms: int) -> str:
