@@ -1,0 +1,105 @@
+"""Between Iggy messages and bayou's shared record model (``bayou.records.Record``).
+
+Stored form of one Iggy message (so any front end can serve it, and Iggy gets it back intact):
+
+- ``Record.value`` = the payload; ``Record.message_id`` = the u128 id (0, "server chooses", becomes
+  None so the server can mint one); ``Record.key`` = the SEND's messages key (partitioning kind 3)
+  or None: Iggy messages have no key of their own.
+- ``Record.timestamp`` (milliseconds, like every record) = origin timestamp // 1000; the exact
+  origin timestamp in microseconds is kept in the header ``iggy.origin_ts`` (u64 little-endian).
+- each user header becomes one record header. Name: ``iggy.h.<key>`` for a string key (kind 2,
+  UTF-8), ``iggy.hk.<key kind>.<key as hex>`` for any other key kind. Value: one byte holding the
+  value kind, then the raw value bytes. Order is kept.
+
+Serving a record back (``record_to_polled``): the ``iggy.*`` headers above are turned back into the
+user headers and origin timestamp; headers a record got from another protocol become string-keyed
+RAW headers when name and value are 1..255 bytes (the Iggy limits) and are left out otherwise.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from bayou.protocols.iggy.messages import (
+    HeaderKind,
+    Message,
+    PartitioningKind,
+    PolledMessage,
+    SendMessages,
+    UserHeader,
+)
+from bayou.records.model import Headers as RecordHeaders
+from bayou.records.model import Record
+
+PREFIX = "iggy."
+STRING_KEY_PREFIX = "iggy.h."
+TYPED_KEY_PREFIX = "iggy.hk."
+ORIGIN_TIMESTAMP = "iggy.origin_ts"
+_U64 = struct.Struct("<Q")
+_MAX_FIELD = 255
+
+
+def header_to_record(h: UserHeader) -> tuple[str, bytes]:
+    name = h.name
+    if name is not None:
+        record_name = STRING_KEY_PREFIX + name
+    else:
+        record_name = f"{TYPED_KEY_PREFIX}{h.key_kind}.{h.key.hex()}"
+    return record_name, bytes((h.value_kind,)) + h.value
+
+
+def header_from_record(name: str, value: bytes) -> UserHeader | None:
+    """The user header a record header stands for; None when it cannot be one."""
+    if name.startswith(STRING_KEY_PREFIX) and value:
+        key = name[len(STRING_KEY_PREFIX):].encode("utf-8")
+        return _checked(UserHeader(key, value[1:], HeaderKind.STRING, value[0]))
+    if name.startswith(TYPED_KEY_PREFIX) and value:
+        kind, _, hexkey = name[len(TYPED_KEY_PREFIX):].partition(".")
+        try:
+            key_kind, key = int(kind), bytes.fromhex(hexkey)
+        except ValueError:
+            return None
+        return _checked(UserHeader(key, value[1:], key_kind, value[0]))
+    if name.startswith(PREFIX):
+        return None
+    return _checked(UserHeader(name.encode("utf-8"), value, HeaderKind.STRING, HeaderKind.RAW))
+
+
+def _checked(h: UserHeader) -> UserHeader | None:
+    ok = (1 <= len(h.key) <= _MAX_FIELD and 1 <= len(h.value) <= _MAX_FIELD and 1 <= h.key_kind <= 255
+          and h.value_kind >= 1)
+    return h if ok else None
+
+
+def message_to_record(message: Message, key: bytes | None = None) -> Record:
+    headers: RecordHeaders = (
+        (ORIGIN_TIMESTAMP, _U64.pack(message.origin_timestamp)),
+        *(header_to_record(h) for h in message.headers),
+    )
+    return Record(value=message.payload, key=key, timestamp=message.origin_timestamp // 1000,
+                  headers=headers, message_id=message.id or None)
+
+
+def send_to_records(send: SendMessages) -> list[Record]:
+    """The records a SEND_MESSAGES stores, in order; a messages-key send keys every record."""
+    key = send.partitioning.value if send.partitioning.kind == PartitioningKind.MESSAGES_KEY else None
+    return [message_to_record(msg, key) for msg in send.messages]
+
+
+def record_to_polled(record: Record, *, timestamp: int, offset: int | None = None) -> PolledMessage:
+    """A stored record as a polled Iggy message. ``timestamp`` is the server append time in
+    microseconds (Iggy reports one per batch); ``offset`` defaults to ``record.offset``."""
+    origin = record.timestamp * 1000
+    headers: list[UserHeader] = []
+    for name, value in record.headers:
+        if name == ORIGIN_TIMESTAMP:
+            if len(value) == _U64.size:
+                origin = _U64.unpack(value)[0]
+            continue
+        h = header_from_record(name, value)
+        if h is not None:
+            headers.append(h)
+    return PolledMessage(offset=record.offset if offset is None else offset, timestamp=timestamp,
+                         origin_timestamp=origin, id=record.message_id or 0, payload=record.value,
+                         headers=tuple(headers))
+
