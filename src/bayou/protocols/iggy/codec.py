@@ -781,44 +781,38 @@ def encode_client_details(d: m.ClientDetails) -> bytes:
         _CLIENT_GROUP.pack(g.stream_id, g.topic_id, g.group_id) for g in d.groups)
 
 
+# One table of reply encoders: record type -> encoder (every encoder takes the dialect; those whose
+# layout does not depend on it ignore it).
+_REPLY_ENCODERS: dict[type[Any], Callable[[Any, Dialect], bytes]] = {
+    m.StreamInfo: encode_stream_info,
+    m.TopicInfo: encode_topic_info,
+    m.ConsumerGroupInfo: lambda r, _d: encode_group_info(r),
+    m.StreamDetails: encode_stream_details,
+    m.TopicDetails: encode_topic_details,
+    m.ConsumerGroupDetails: lambda r, _d: encode_group_details(r),
+    m.ConsumerGroupAssignment: lambda r, _d: encode_group_assignment(r),
+    m.ConsumerOffsetInfo: lambda r, _d: encode_offset_info(r),
+    m.PolledMessages: encode_polled_messages,
+    m.SendConfirmations: lambda r, _d: encode_confirmations(r),
+    m.LoginReply: lambda r, _d: encode_login_reply(r),
+    m.LoginRegisterReply: lambda r, _d: encode_login_register_reply(r),
+    m.ClusterMetadata: lambda r, _d: encode_cluster_metadata(r),
+    m.Stats: lambda r, _d: encode_stats(r),
+    m.ClientInfo: lambda r, _d: encode_client_info(r),
+    m.ClientDetails: lambda r, _d: encode_client_details(r),
+}
+
+
+def _encode_one(item: Any, dialect: Dialect) -> bytes:
+    return _REPLY_ENCODERS[type(item)](item, dialect)
+
+
 def encode_reply(reply: m.Reply, dialect: Dialect) -> bytes:
     """The payload of a successful reply (the framing adds status/length or the V header and result
     section). Lists are tuples of records; an empty tuple is the empty payload."""
     if isinstance(reply, tuple):
-        parts: list[bytes] = []
-        for item in reply:
-            if isinstance(item, m.StreamInfo):
-                parts.append(encode_stream_info(item, dialect))
-            elif isinstance(item, m.TopicInfo):
-                parts.append(encode_topic_info(item, dialect))
-            elif isinstance(item, m.ConsumerGroupInfo):
-                parts.append(encode_group_info(item))
-            else:
-                parts.append(encode_client_info(item))
-        return b"".join(parts)
-    if isinstance(reply, m.StreamDetails):
-        return encode_stream_details(reply, dialect)
-    if isinstance(reply, m.TopicDetails):
-        return encode_topic_details(reply, dialect)
-    if isinstance(reply, m.ConsumerGroupDetails):
-        return encode_group_details(reply)
-    if isinstance(reply, m.ConsumerGroupAssignment):
-        return encode_group_assignment(reply)
-    if isinstance(reply, m.ConsumerOffsetInfo):
-        return encode_offset_info(reply)
-    if isinstance(reply, m.PolledMessages):
-        return encode_polled_messages(reply, dialect)
-    if isinstance(reply, m.SendConfirmations):
-        return encode_confirmations(reply)
-    if isinstance(reply, m.LoginReply):
-        return encode_login_reply(reply)
-    if isinstance(reply, m.LoginRegisterReply):
-        return encode_login_register_reply(reply)
-    if isinstance(reply, m.ClusterMetadata):
-        return encode_cluster_metadata(reply)
-    if isinstance(reply, m.Stats):
-        return encode_stats(reply)
-    return encode_client_details(reply)
+        return b"".join(_encode_one(item, dialect) for item in reply)
+    return _encode_one(reply, dialect)
 
 
 # -- reply decoders (client side) ---------------------------------------------------------------
