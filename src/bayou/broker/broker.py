@@ -170,6 +170,7 @@ class Broker:
         for name, meta in self.store.load_topics().items():
             cfg = apply_overrides(self.config.log, _split_topic_config(meta.config)[1])
             topic = Topic(meta, cfg)
+            self.store.prune_partitions(meta)
             for p in range(meta.partitions):
                 plog = self.store.open_log(name, p, cfg)
                 if plog.truncated_bytes:
@@ -314,7 +315,11 @@ class Broker:
 
     @staticmethod
     def _close_logs(topic: Topic) -> None:
-        for part in topic.partitions:
+        Broker._close_partitions(topic.partitions)
+
+    @staticmethod
+    def _close_partitions(parts: list[Partition]) -> None:
+        for part in parts:
             part.log.close()
 
     async def add_partitions(self, name: str, total: int) -> Topic:
@@ -335,6 +340,82 @@ class Broker:
             topic.partitions.extend(await loop.run_in_executor(self._io, _add))
             self.metadata.add_topic(name, total, self._topic_rf(topic.meta))
             return topic
+
+    async def remove_partitions(self, name: str, count: int) -> Topic:
+        """Remove the last ``count`` partitions (Iggy DELETE_PARTITIONS); at least one must stay.
+
+        Their data, committed offsets and group assignments go; long-polls on them end with
+        UnknownPartition. The new count is written before the directories go, so a crash in
+        between leaves directories that the next start removes.
+        """
+        async with self._admin_lock:
+            topic = self.topic(name)
+            have = len(topic.partitions)
+            if not 1 <= count < have:
+                raise InvalidPartitions(
+                    f"topic {name} has {have} partitions: can remove 1 to {have - 1}, not {count}")
+            keep = have - count
+            removed = topic.partitions[keep:]
+            # Stop serving them first, so nothing is appended in a directory that is going.
+            del topic.partitions[keep:]
+            topic.meta.partitions = keep
+
+            def _remove() -> None:
+                self.store.write_topic(topic.meta)
+                for part in removed:
+                    try:
+                        self.store.delete_partition(name, part.index)
+                    except OSError:  # the new count is durable: the next start removes it
+                        log.exception("could not delete %s/%d", name, part.index)
+
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(self._io, _remove)
+            except Exception:  # the new count was not written: nothing changed
+                topic.partitions.extend(removed)
+                topic.meta.partitions = have
+                raise
+            for part in removed:
+                part.notify()
+            self.metadata.add_topic(name, keep, self._topic_rf(topic.meta))
+            # Close the descriptors later: a read already in a worker thread keeps valid data.
+            loop.call_later(GRAVE_SECONDS, self._close_partitions, removed)
+            if self.groups.forget_partitions(name, keep):
+                await self._groups_file.save()
+            await self._offsets_file.save()
+            log.info("removed partitions %d-%d of topic %s", keep, have - 1, name)
+            return topic
+
+    async def purge_topic(self, name: str) -> None:
+        """Delete every record of every partition; offsets are not reused (Iggy PURGE_TOPIC).
+
+        Each log then starts at its old end. Committed offsets stay: they now lie below the log
+        start, so a consumer that resumes from one gets OffsetOutOfRange, as after retention.
+        """
+        async with self._admin_lock:
+            topic = self.topic(name)
+            parts = list(topic.partitions)
+
+            def _purge() -> None:
+                for part in parts:
+                    part.log.purge()
+
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._io, _purge)
+            finally:
+                for part in parts:
+                    part.notify()
+            log.info("purged topic %s", name)
+
+    async def delete_segments(self, topic: str, partition: int, count: int) -> int:
+        """Delete up to ``count`` of a partition's oldest segments, never the active one (Iggy
+        DELETE_SEGMENTS). Returns how many went; the log start moves up past them."""
+        if count < 0:
+            raise InvalidRequest(f"segment count must not be negative, not {count}")
+        async with self._admin_lock:
+            part = self.partition(topic, partition)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._io, part.log.delete_oldest_segments, count)
 
     async def alter_topic_config(self, name: str, changes: dict[str, str | None]) -> dict[str, str]:
         """Set (or with None, remove) topic config keys; applies to the partitions at once."""
@@ -433,8 +514,15 @@ class Broker:
             if left <= 0 or self.closing:
                 return FetchResult(b"", 0, offset, hw, start, part.log.next_offset)
             await part.wait_for_data(left)
-            if self.topics.get(topic) is None:
-                raise UnknownTopic(f"unknown topic {topic}")
+            self._check_serving(part)
+
+    def _check_serving(self, part: Partition) -> None:
+        """Raise if ``part`` was deleted (with its topic, or by remove_partitions) meanwhile."""
+        t = self.topics.get(part.topic)
+        if t is None:
+            raise UnknownTopic(f"unknown topic {part.topic}")
+        if part.index >= len(t.partitions) or t.partitions[part.index] is not part:
+            raise UnknownPartition(f"partition {part.index} of topic {part.topic} was deleted")
 
     @staticmethod
     def _read(part: Partition, offset: int, max_bytes: int, hw: int,
@@ -570,6 +658,27 @@ class Broker:
         for p, off in entries.items():
             self.groups.store_offset(group, topic, p, off)
         await self._offsets_file.save()
+
+    async def reset_group_members(self, group: str) -> None:
+        if self.groups.reset_members(group):
+            await self._groups_file.save()
+
+    async def delete_group(self, group: str) -> None:
+        """Remove a group and its committed offsets (a missing group is not an error)."""
+        if self.groups.delete_group(group):
+            await self._groups_file.save()
+            await self._offsets_file.save()
+
+    async def delete_committed_offset(self, group: str, topic: str, partition: int) -> bool:
+        if not self.groups.delete_offset(group, topic, partition):
+            return False
+        await self._offsets_file.save()
+        return True
+
+    async def flush_partition(self, topic: str, partition: int) -> None:
+        """fsync everything appended to a partition so far."""
+        part = self.partition(topic, partition)
+        await asyncio.get_running_loop().run_in_executor(self._io, part.log.flush)
 
     def committed_offset(self, group: str, topic: str, partition: int) -> int | None:
         return self.groups.committed(group, topic, partition)

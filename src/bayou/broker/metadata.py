@@ -81,9 +81,13 @@ class ClusterMetadata:
         return changes
 
     def add_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
+        """Register ``topic`` with ``partitions`` partitions; also how a partition count changes
+        (grown: new partitions led by this broker; shrunk: the partitions beyond it dropped)."""
         self.topics[topic] = replication_factor
         for p in range(partitions):
             self.partitions.setdefault((topic, p), PartitionMeta(self.self_id, [self.self_id]))
+        for key in [k for k in self.partitions if k[0] == topic and k[1] >= partitions]:
+            del self.partitions[key]
         self._bump(1 + partitions)
 
     def remove_topic(self, topic: str) -> None:

@@ -28,6 +28,7 @@ from bayou.records.batch import (
     set_base_offset,
 )
 from bayou.storage.config import LogConfig
+from bayou.storage.fsutil import fsync_dir
 from bayou.storage.segment import LOG_SUFFIX, Segment
 
 READ_CHUNK = 256 * 1024  # first read of a record-limited fetch
@@ -375,6 +376,66 @@ class PartitionLog:
                 log.info("retention: deleting %s (%s)", seg.path, "size" if by_size else "age")
                 self._bury(seg)
                 deleted += 1
+            self._close_buried()
+        return deleted
+
+    def purge(self) -> None:
+        """Delete every record without reusing offsets (Kafka's delete-records up to the end).
+
+        A new empty active segment is created at the log end before the old segments go, so the
+        log start (the first segment's base offset) equals the log end from then on, also after
+        a crash at any point: the empty segment's name carries the offset. Readers already in
+        another thread keep reading the old segments through the graveyard.
+        """
+        with self._lock:
+            end = self.next_offset
+            keep_active = self.active.size == 0 and self.active.base_offset == end
+            old = self.segments[:-1] if keep_active else list(self.segments)
+            if not old:
+                return
+            if not keep_active:
+                try:
+                    seg = Segment(self.dir, end, self.config.index_interval_bytes)
+                except OSError as exc:
+                    raise StorageError(f"purge failed: {exc}") from exc
+                try:
+                    fsync_dir(self.dir)  # the new base offset is on disk before any data goes
+                except OSError as exc:
+                    seg.close()  # an empty segment left behind reopens harmlessly
+                    raise StorageError(f"purge failed: {exc}") from exc
+            del self.segments[: len(old)]
+            if not keep_active:
+                self.segments.append(seg)
+            self._bases = [s.base_offset for s in self.segments]
+            try:
+                for s in old:
+                    self._bury(s)
+                fsync_dir(self.dir)
+            except OSError as exc:
+                raise StorageError(f"purge failed: {exc}") from exc
+            with self._sync_cond:
+                # Nothing below ``end`` exists any more, so nothing a crash could take back.
+                self._durable_offset = max(self._durable_offset, end)
+                self._sync_cond.notify_all()
+            self._close_buried()
+            log.info("purged %s: log starts at %d", self.dir, end)
+
+    def delete_oldest_segments(self, count: int) -> int:
+        """Delete up to ``count`` of the oldest segments, never the active one. Returns how many."""
+        deleted = 0
+        with self._lock:
+            while deleted < count and len(self.segments) > 1:
+                seg = self.segments.pop(0)
+                self._bases.pop(0)
+                self._bury(seg)
+                deleted += 1
+            if deleted:
+                try:
+                    fsync_dir(self.dir)
+                except OSError as exc:
+                    raise StorageError(f"fsync of {self.dir} failed: {exc}") from exc
+                log.info("deleted %d oldest segments of %s: log starts at %d", deleted, self.dir,
+                         self.log_start_offset)
             self._close_buried()
         return deleted
 

@@ -4,7 +4,7 @@
     <data>/.clean_shutdown          written last on a graceful stop; its absence means recovery
     <data>/topics/<topic>/topic.json
     <data>/topics/<topic>/<partition>/<20-digit base offset>.log|.index|.timeindex
-    <data>/trash/                   deleted topics, removed in the background and at start-up
+    <data>/trash/                   deleted topics and partitions, removed at once and at start-up
 """
 
 from __future__ import annotations
@@ -123,11 +123,36 @@ class Store:
 
     def delete_topic(self, name: str) -> None:
         tdir = self.topic_dir(name)
-        if not tdir.exists():
-            return
+        if tdir.exists():
+            self._to_trash(tdir, name)
+
+    def delete_partition(self, topic: str, partition: int) -> None:
+        """Remove one partition's directory. Open descriptors of its log stay valid until closed.
+
+        Write the topic's new partition count first: a crash before this leaves a directory
+        that ``prune_partitions`` removes at the next start."""
+        pdir = self.topic_dir(topic) / str(partition)
+        if pdir.exists():
+            self._to_trash(pdir, f"{topic}-{partition}")
+
+    def prune_partitions(self, meta: TopicMeta) -> list[int]:
+        """Remove partition directories at or beyond ``meta.partitions`` (left by a crash while
+        partitions were removed or added), so a later ``add_partitions`` starts them empty."""
+        tdir = self.topic_dir(meta.name)
+        stray = sorted(int(d.name) for d in tdir.iterdir()
+                       if d.is_dir() and d.name.isascii() and d.name.isdigit()
+                       and d.name == str(int(d.name)) and int(d.name) >= meta.partitions)
+        for p in stray:
+            log.warning("removing directory %s/%d: topic %s has %d partitions",
+                        tdir, p, meta.name, meta.partitions)
+            self.delete_partition(meta.name, p)
+        return stray
+
+    def _to_trash(self, path: Path, label: str) -> None:
+        """Move ``path`` into the trash in one rename (durable), then remove it there."""
         trash = self.root / "trash"
         trash.mkdir(exist_ok=True)
-        tomb = trash / f"{name}-{time.time_ns()}"
-        os.replace(tdir, tomb)
-        fsync_dir(self.topics_dir)
+        tomb = trash / f"{label}-{time.time_ns()}"
+        os.replace(path, tomb)
+        fsync_dir(path.parent)
         shutil.rmtree(tomb, ignore_errors=True)

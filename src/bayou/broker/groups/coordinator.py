@@ -46,11 +46,15 @@ class GroupPolicy:
     rebind_topic: bool = True
     active_expiry: bool = False
     monotonic_commits: bool = False
+    session_expiry: bool = True
 
 
 RTES_POLICY = GroupPolicy()
 CURSUS_POLICY = GroupPolicy("cursus", 0, False, True, True)
-POLICIES = {p.name: p for p in (RTES_POLICY, CURSUS_POLICY)}
+# Iggy: members are connections (the front end removes them on disconnect), so no session expiry;
+# a group lives inside its topic; offsets may be stored backwards (STORE_CONSUMER_OFFSET rewinds).
+IGGY_POLICY = GroupPolicy("iggy", 1, False, False, False, session_expiry=False)
+POLICIES = {p.name: p for p in (RTES_POLICY, CURSUS_POLICY, IGGY_POLICY)}
 
 
 def wall_ms() -> int:
@@ -118,6 +122,8 @@ class GroupCoordinator:
         g.fire(GroupEvent.MEMBERSHIP_CHANGED if g.members else GroupEvent.LAST_MEMBER_GONE)
 
     def _sweep(self, g: Group) -> bool:
+        if not g.policy.session_expiry:
+            return False
         now = self.clock()
         dead = [m for m, mem in g.members.items() if now - mem.last_seen_ms > self.session_timeout_ms]
         if not dead:
@@ -249,6 +255,27 @@ class GroupCoordinator:
                     f"offset regression group={group} topic={topic} partition={partition} "
                     f"current={current} got={offset}")
 
+    def reset_members(self, group: str) -> bool:
+        """Remove every member (connection-bound members after a restart); True if any left."""
+        g = self.groups.get(group)
+        if g is None or not g.members:
+            return False
+        g.members.clear()
+        g.generation += 1
+        self._rebalance(g)
+        return True
+
+    def delete_group(self, group: str) -> bool:
+        """Forget a group and its committed offsets; True if it existed."""
+        existed = self.groups.pop(group, None) is not None
+        for key in [k for k in self.offsets if k[0] == group]:
+            del self.offsets[key]
+            existed = True
+        return existed
+
+    def delete_offset(self, group: str, topic: str, partition: int) -> bool:
+        return self.offsets.pop((group, topic, partition), None) is not None
+
     def committed(self, group: str, topic: str, partition: int) -> int | None:
         return self.offsets.get((group, topic, partition))
 
@@ -276,6 +303,27 @@ class GroupCoordinator:
         """Drop committed offsets of a deleted topic."""
         for key in [k for k in self.offsets if k[1] == topic]:
             del self.offsets[key]
+
+    def forget_partitions(self, topic: str, first_removed: int) -> list[str]:
+        """Partitions ``first_removed`` and beyond of ``topic`` are gone: drop their committed
+        offsets and rebalance the groups that had one of them assigned (a new generation, so
+        members rejoin). Returns the groups whose state changed."""
+        for key in [k for k in self.offsets if k[1] == topic and k[2] >= first_removed]:
+            del self.offsets[key]
+        changed = []
+        for g in self.groups.values():
+            if g.topic != topic:
+                continue
+            shrunk = g.partitions is not None and g.partitions > first_removed
+            if shrunk:
+                g.partitions = first_removed
+            stale = any(p >= first_removed for parts in g.assignments.values() for p in parts)
+            if stale:
+                g.generation += 1
+                self._rebalance(g)
+            if shrunk or stale:
+                changed.append(g.name)
+        return changed
 
     # -- persistence (the V1 broker's groups.json / offsets.json shapes) -----------------------
 
