@@ -11,6 +11,12 @@ Example ``bayou.toml``::
     [listeners]
     rtes = "0.0.0.0:9092"            # V1 line protocol, or "off"
     cursus = "0.0.0.0:9000"          # Cursus, or "off"
+    iggy = "0.0.0.0:8090"            # Apache Iggy binary transport, or "off"
+
+    [iggy]
+    root_username = "iggy"           # the root user made on first start (env IGGY_ROOT_USERNAME)
+    root_password = "iggy"           # (env IGGY_ROOT_PASSWORD); stored argon2-hashed
+    seed_dialect = false             # serve design-document clients, which have no login
 
     [broker]
     default_partitions = 3
@@ -31,13 +37,14 @@ Example ``bayou.toml``::
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from bayou.broker.settings import BrokerConfig
 from bayou.errors import InvalidConfig
-from bayou.server.app import PROTOCOLS, ServerConfig
+from bayou.server.app import PROTOCOLS, IggyOptions, ServerConfig
 from bayou.storage.config import FsyncPolicy, LogConfig
 
 BROKER_KEYS = {f.name for f in dataclasses.fields(BrokerConfig)} - {"data_dir", "log"}
@@ -72,7 +79,7 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise InvalidConfig(f"cannot read config {path}: {exc}") from None
     unknown = set(raw) - {"data_dir", "fsync", "listeners", "broker", "log", "max_connections",
-                          "shutdown_grace_s", "advertised_host"}
+                          "shutdown_grace_s", "advertised_host", "iggy"}
     if unknown:
         raise InvalidConfig(f"unknown config keys: {', '.join(sorted(unknown))}")
 
@@ -99,7 +106,15 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
     for name, value in (listeners or {}).items():
         if value is not None:
             addrs[name] = parse_listen(value, name)
-    return ServerConfig(broker=broker, listeners=addrs,
+    iggy_raw = dict(raw.get("iggy", {}))
+    bad = set(iggy_raw) - {f.name for f in dataclasses.fields(IggyOptions)}
+    if bad:
+        raise InvalidConfig(f"unknown [iggy] keys: {', '.join(sorted(bad))}")
+    iggy = IggyOptions(
+        root_username=os.environ.get("IGGY_ROOT_USERNAME", str(iggy_raw.get("root_username", "iggy"))),
+        root_password=os.environ.get("IGGY_ROOT_PASSWORD", str(iggy_raw.get("root_password", "iggy"))),
+        seed_dialect=bool(iggy_raw.get("seed_dialect", False)))
+    return ServerConfig(broker=broker, listeners=addrs, iggy=iggy,
                         max_connections=int(raw.get("max_connections", 10_000)),
                         shutdown_grace_s=float(raw.get("shutdown_grace_s", 10.0)),
                         advertised_host=str(advertised_host or raw.get("advertised_host", "localhost")))

@@ -194,6 +194,7 @@ max_connections = 100
 [listeners]
 rtes = "127.0.0.1:{port}"
 cursus = "off"
+iggy = "off"
 
 [broker]
 default_partitions = 5
@@ -242,7 +243,8 @@ def test_flags_override_config_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", ["sometimes", "interval", "interval:0", "interval:-5", "interval:x", ""])
 def test_invalid_fsync(tmp_path: Path, value: str) -> None:
     data = tmp_path / "data"
-    r = bayou("serve", "--data-dir", str(data), "--rtes", f"127.0.0.1:{free_port()}", "--fsync", value)
+    r = bayou("serve", "--data-dir", str(data), "--rtes", f"127.0.0.1:{free_port()}", "--iggy", "off",
+              "--cursus", "off", "--fsync", value)
     assert r.returncode != 0
     assert "fsync must be always, never or interval:<ms>" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
@@ -254,7 +256,7 @@ def test_invalid_fsync(tmp_path: Path, value: str) -> None:
     (("--rtes", "127.0.0.1:70000"), "out of range"),
 ])
 def test_invalid_listener(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
-    r = bayou("serve", "--data-dir", str(tmp_path / "data"), "--cursus", "off", *args)
+    r = bayou("serve", "--data-dir", str(tmp_path / "data"), "--cursus", "off", "--iggy", "off", *args)
     assert r.returncode != 0
     assert message in r.stderr, r.stderr
 

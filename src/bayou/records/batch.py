@@ -40,6 +40,7 @@ import crc32c
 from bayou.errors import CorruptRecord
 from bayou.records.compression import DEFAULT_MAX_DECOMPRESSED, Compression, compress, decompress
 from bayou.records.cursus import FORMAT_CURSUS, decode_messages, message_to_record
+from bayou.records.iggy import FORMAT_IGGY, decode_frames
 from bayou.records.model import Record as Record  # re-exported: the batch API speaks Record
 from bayou.records.varint import decode_varint, encode_varint
 
@@ -269,6 +270,9 @@ def decode_records(
     if h.payload_format == FORMAT_CURSUS:
         msgs = decode_messages(data, 0, h.record_count)
         return [message_to_record(m, h.base_offset + i, h.base_timestamp) for i, m in enumerate(msgs)]
+    if h.payload_format == FORMAT_IGGY:
+        return decode_frames(data, 0, len(data), h.record_count, base_offset=h.base_offset,
+                             append_ms=h.base_timestamp, origin_base_us=h.producer_id)
     if h.payload_format != FORMAT_RECORDS:
         raise CorruptRecord(f"unknown payload format {h.payload_format}")
     out: list[Record] = []

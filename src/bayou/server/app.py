@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from bayou.broker import Broker, BrokerConfig
 from bayou.server.base import Connection, ConnectionLimits, Listener
 from bayou.server.cursus import Advertised, CursusService, cursus_handler
+from bayou.server.iggy import IggyService, iggy_handler
 from bayou.server.rtes import RtesService, rtes_handler
 
 log = logging.getLogger("bayou.server")
@@ -35,11 +37,48 @@ def _cursus(server: BayouServer, name: str) -> Handler:
     return serve
 
 
+def _advertised_ip(host: str) -> str:
+    """Iggy's cluster metadata carries an IP address: resolve a host name once at startup."""
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return "127.0.0.1"
+
+
+def _iggy(server: BayouServer, name: str) -> Handler:
+    listener_addr = server.config.listeners[name]
+    assert listener_addr is not None
+    opts = server.config.iggy
+    service = IggyService(server.broker, port=listener_addr[1],
+                          host=_advertised_ip(server.config.advertised_host),
+                          root_username=opts.root_username, root_password=opts.root_password,
+                          seed_dialect=opts.seed_dialect)
+    handler = iggy_handler(service)
+
+    async def serve(conn: Connection, listener: Listener) -> None:
+        service.port = listener.port  # bound to an ephemeral port
+        await handler(conn, listener)
+
+    return serve
+
+
 # Every implemented protocol: name -> (default port, handler factory).
 PROTOCOLS: dict[str, tuple[int, HandlerFactory]] = {
     "rtes": (9092, lambda server, _name: rtes_handler(RtesService(server.broker))),
     "cursus": (9000, _cursus),
+    "iggy": (8090, _iggy),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class IggyOptions:
+    """The Iggy front end's users: the root user made on first start (the Iggy clients' default
+    pair; set your own before exposing the port) and whether design-document (seed) clients, which
+    have no login, are served."""
+
+    root_username: str = "iggy"
+    root_password: str = "iggy"
+    seed_dialect: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +91,7 @@ class ServerConfig:
     shutdown_grace_s: float = 10.0
     # The host clients are told to connect to (Cursus METADATA / FIND_COORDINATOR).
     advertised_host: str = "localhost"
+    iggy: IggyOptions = field(default_factory=IggyOptions)
 
 
 class BayouServer:

@@ -83,7 +83,7 @@ def _check_sizes(payload_len: int, headers_len: int) -> None:
 # -- send: metadata shared by L and V -----------------------------------------------------------
 
 
-def _read_metadata(payload: bytes) -> tuple[Identifier, Identifier, Partitioning, int, int]:
+def read_send_metadata(payload: bytes) -> tuple[Identifier, Identifier, Partitioning, int, int]:
     """(stream, topic, partitioning, messages_count, end of metadata) of an L/V send."""
     r = Reader(payload)
     length = r.u32()
@@ -111,7 +111,7 @@ def _metadata(req: SendMessages) -> bytes:
 
 def decode_legacy_send(payload: bytes) -> SendMessages:
     """B.5 with the 0.8 server's checks, in its order and with its codes."""
-    stream, topic, partitioning, count, pos = _read_metadata(payload)
+    stream, topic, partitioning, count, pos = read_send_metadata(payload)
     index_end = pos + 16 * count
     if index_end > len(payload):
         raise IggyError(Status.INVALID_COMMAND, "index table truncated")
@@ -219,7 +219,7 @@ def _read_batch(buf: bytes, at: int, end: int
 
 def decode_vsr_send(payload: bytes) -> SendMessages:
     """C.9: metadata, exactly one batch filling the rest, frames numbered 0..count-1."""
-    stream, topic, partitioning, count, pos = _read_metadata(payload)
+    stream, topic, partitioning, count, pos = read_send_metadata(payload)
     _pid, _bo, _bt, origin, frames, end = _read_batch(payload, pos, len(payload))
     if end != len(payload):
         raise IggyError(Status.INVALID_MESSAGES_SIZE, "bytes after the batch")

@@ -201,6 +201,158 @@ def _delete_pat(payload: bytes, dialect: Dialect) -> m.Request:
     return out
 
 
+# -- users and permissions ----------------------------------------------------------------------
+
+_GLOBAL_FLAGS = ("manage_servers", "read_servers", "manage_users", "read_users", "manage_streams",
+                 "read_streams", "manage_topics", "read_topics", "poll_messages", "send_messages")
+_STREAM_FLAGS = ("manage_stream", "read_stream", "manage_topics", "read_topics", "poll_messages",
+                 "send_messages")
+_TOPIC_FLAGS = ("manage_topic", "read_topic", "poll_messages", "send_messages")
+
+
+def read_permissions(r: Reader) -> m.Permissions:
+    """The permissions block (``permissions.rs``): ten global flags, then a u8 "streams follow";
+    each stream is u32 id, six flags, u8 "topics follow", its topics (u32 id, four flags, u8 "another
+    topic follows"), then u8 "another stream follows".
+
+    Every flag must be 0 or 1 (L reads ``== 1``, V ``!= 0``; both clients only send 0 and 1), and a
+    stream or topic id may appear once: anything else is INVALID_FORMAT."""
+    glob = m.GlobalPermissions(*(r.flag() for _ in _GLOBAL_FLAGS))
+    streams: list[m.StreamPermissions] = []
+    try:
+        more_streams = r.flag()
+        while more_streams:
+            stream_id = r.u32()
+            f = [r.flag() for _ in _STREAM_FLAGS]
+            topics: list[m.TopicPermissions] = []
+            more_topics = r.flag()
+            while more_topics:
+                topic_id = r.u32()
+                topics.append(m.TopicPermissions(topic_id, *(r.flag() for _ in _TOPIC_FLAGS)))
+                more_topics = r.flag()
+            streams.append(m.StreamPermissions(stream_id, f[0], f[1], f[2], f[3], f[4], f[5], tuple(topics)))
+            more_streams = r.flag()
+        return m.Permissions(glob, tuple(streams))
+    except ValueError as exc:  # a duplicate id, from the dataclasses' own check
+        raise IggyError(Status.INVALID_FORMAT, str(exc)) from None
+
+
+def encode_permissions(p: m.Permissions) -> bytes:
+    """The inverse of ``read_permissions``; streams and topics go out sorted by id, as V writes
+    them. An empty stream (or topic) list is the flag 0, never a flag 1 with nothing after it."""
+    g = p.global_permissions
+    out = bytearray(getattr(g, f) for f in _GLOBAL_FLAGS)
+    out.append(1 if p.streams else 0)
+    for i, stream in enumerate(p.streams):
+        out += U32.pack(stream.stream_id)
+        out += bytes(getattr(stream, f) for f in _STREAM_FLAGS)
+        out.append(1 if stream.topics else 0)
+        for j, topic in enumerate(stream.topics):
+            out += U32.pack(topic.topic_id)
+            out += bytes(getattr(topic, f) for f in _TOPIC_FLAGS)
+            out.append(1 if j + 1 < len(stream.topics) else 0)
+        out.append(1 if i + 1 < len(p.streams) else 0)
+    return bytes(out)
+
+
+def decode_permissions(buf: bytes) -> m.Permissions:
+    """A whole buffer holding exactly one permissions block."""
+    r = Reader(buf)
+    out = read_permissions(r)
+    r.done()
+    return out
+
+
+def _read_optional_permissions(r: Reader) -> m.Permissions | None:
+    """u8 has_permissions; when 1, a u32 length and exactly that many bytes of permissions. When 0
+    nothing follows: both the 0.8 source and the 0.9.0 capture send no length then."""
+    if not r.flag():
+        return None
+    n = r.u32()
+    at = r.skip(n)
+    inner = Reader(r.buf, at, at + n)
+    out = read_permissions(inner)
+    inner.done()
+    return out
+
+
+def _enc_optional_permissions(p: m.Permissions | None) -> bytes:
+    if p is None:
+        return b"\x00"
+    block = encode_permissions(p)
+    return b"\x01" + U32.pack(len(block)) + block
+
+
+def _user_status(r: Reader) -> m.UserStatus:
+    v = r.u8()
+    try:
+        return m.UserStatus(v)
+    except ValueError:
+        raise IggyError(Status.INVALID_COMMAND, f"user status {v}") from None
+
+
+def _check_username(username: str) -> str:
+    if not USERNAME_LENGTH[0] <= len(username.encode()) <= USERNAME_LENGTH[1]:
+        raise IggyError(Status.INVALID_USERNAME, "username must be 3..50 bytes")
+    return username
+
+
+def _password(raw: bytes) -> str:
+    if not PASSWORD_LENGTH[0] <= len(raw) <= PASSWORD_LENGTH[1]:
+        raise IggyError(Status.INVALID_PASSWORD, "password must be 3..100 bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise IggyError(Status.INVALID_PASSWORD, "password is not UTF-8") from None
+
+
+def _trailing_options(payload: bytes, r: Reader, dialect: Dialect) -> m.Headers:
+    """V user commands may end with an options block running to the end of the body; L has none."""
+    if dialect is Dialect.VSR:
+        return decode_options(payload, r.pos)
+    r.done()
+    return ()
+
+
+def _create_user(payload: bytes, dialect: Dialect) -> m.Request:
+    """name8 username, u8-length password, u8 status (1 active, 2 inactive), optional permissions;
+    V: then options to the end. Limits as the 0.8 server's ``validate`` (E.9): 43 / 44."""
+    r = Reader(payload)
+    username = r.name8(Status.INVALID_USERNAME)
+    password_raw = r.bytes8()
+    status = _user_status(r)
+    permissions = _read_optional_permissions(r)
+    options = _trailing_options(payload, r, dialect)
+    return m.CreateUser(_check_username(username), _password(password_raw), status, permissions, options)
+
+
+def _update_user(payload: bytes, dialect: Dialect) -> m.Request:
+    """user Identifier, u8 flag + name8 username, u8 flag + u8 status; V: then options to the end
+    (captured from apache-iggy 0.9.0 ``update_user(options=...)``)."""
+    r = Reader(payload)
+    user = r.identifier()
+    username = r.name8(Status.INVALID_USERNAME) if r.flag() else None
+    status = _user_status(r) if r.flag() else None
+    options = _trailing_options(payload, r, dialect)
+    if username is not None:
+        _check_username(username)
+    return m.UpdateUser(user, username, status, options)
+
+
+def _update_permissions(payload: bytes, dialect: Dialect) -> m.Request:
+    r = Reader(payload)
+    out = m.UpdatePermissions(r.identifier(), _read_optional_permissions(r))
+    r.done()
+    return out
+
+
+def _change_password(payload: bytes, dialect: Dialect) -> m.Request:
+    r = Reader(payload)
+    user, current, new = r.identifier(), r.bytes8(), r.bytes8()
+    r.done()
+    return m.ChangePassword(user, _password(current), _password(new))
+
+
 def _consumer_prefix(r: Reader, dialect: Dialect
                      ) -> tuple[m.Consumer, m.Identifier, m.Identifier, int | None]:
     """Consumer, stream, topic and partition: L/V use kind + Identifier and the 5-byte optional
@@ -386,11 +538,11 @@ DECODERS: Mapping[Command, Decoder] = MappingProxyType({
     Command.GET_CLIENTS: _empty(m.GetClients),
     Command.GET_USER: _stream_only(m.GetUser),
     Command.GET_USERS: _empty(m.GetUsers),
-    Command.CREATE_USER: _unsupported(Command.CREATE_USER),
+    Command.CREATE_USER: _create_user,
     Command.DELETE_USER: _stream_only(m.DeleteUser),
-    Command.UPDATE_USER: _unsupported(Command.UPDATE_USER),
-    Command.UPDATE_PERMISSIONS: _unsupported(Command.UPDATE_PERMISSIONS),
-    Command.CHANGE_PASSWORD: _unsupported(Command.CHANGE_PASSWORD),
+    Command.UPDATE_USER: _update_user,
+    Command.UPDATE_PERMISSIONS: _update_permissions,
+    Command.CHANGE_PASSWORD: _change_password,
     Command.LOGIN_USER: _login_user,
     Command.LOGOUT_USER: _empty(m.LogoutUser),
     Command.LOGIN_REGISTER: _login_register,
@@ -451,7 +603,7 @@ def decode_request(dialect: Dialect, code: int, payload: bytes) -> m.Request:
     return DECODERS[command](payload, dialect)
 
 
-def _check_header(h: RequestHeader) -> None:
+def check_vsr_header(h: RequestHeader) -> None:
     """The header rules of the real server (C.2). A rule that cannot hold for a live session is an
     eviction: bayou's choice of reason, the captures show none of these."""
     if h.client == 0:
@@ -472,7 +624,7 @@ def decode_vsr_request(frame: VsrFrame) -> m.Request:
     if code is None or frame.header.operation == Operation.RESERVED:
         raise IggyError(Status.INVALID_COMMAND, f"operation {frame.header.operation}",
                         eviction=EvictionReason.INVALID_REQUEST_OPERATION)
-    _check_header(frame.header)
+    check_vsr_header(frame.header)
     command = _command(code)
     if frame.header.operation == Operation.NON_REPLICATED and command not in NON_REPLICATED_COMMANDS:
         raise IggyError(Status.INVALID_COMMAND, f"{command.name} cannot travel as NonReplicated")
@@ -564,6 +716,19 @@ def _enc_create_group(req: m.CreateConsumerGroup, dialect: Dialect) -> bytes:
     return head + enc_name8(req.name)
 
 
+def _enc_create_user(req: m.CreateUser, dialect: Dialect) -> bytes:
+    out = (enc_name8(req.username) + enc_bytes8(req.password.encode()) + U8.pack(req.status)
+           + _enc_optional_permissions(req.permissions))
+    return out + enc_user_headers(req.options) if dialect is Dialect.VSR else out
+
+
+def _enc_update_user(req: m.UpdateUser, dialect: Dialect) -> bytes:
+    out = (enc_identifier(req.user)
+           + (b"\x00" if req.username is None else b"\x01" + enc_name8(req.username))
+           + (b"\x00" if req.status is None else b"\x01" + U8.pack(req.status)))
+    return out + enc_user_headers(req.options) if dialect is Dialect.VSR else out
+
+
 def _enc_register_prefix(version: int, sdk_name: str, sdk_version: str) -> bytes:
     return U32.pack(version) + enc_name8(sdk_name) + enc_name8(sdk_version)
 
@@ -578,6 +743,11 @@ ENCODERS: Mapping[type, Encoder] = MappingProxyType({
     m.GetUser: lambda q, d: enc_identifier(q.user),
     m.GetUsers: _enc_nothing,
     m.DeleteUser: lambda q, d: enc_identifier(q.user),
+    m.CreateUser: _enc_create_user,
+    m.UpdateUser: _enc_update_user,
+    m.UpdatePermissions: lambda q, d: enc_identifier(q.user) + _enc_optional_permissions(q.permissions),
+    m.ChangePassword: lambda q, d: (enc_identifier(q.user) + enc_bytes8(q.current_password.encode())
+                                    + enc_bytes8(q.new_password.encode())),
     m.LoginUser: lambda q, d: (enc_name8(q.username) + enc_bytes8(q.password.encode())
                                + enc_str32(q.version) + enc_str32(q.context)),
     m.LoginWithToken: lambda q, d: enc_name8(q.token),
@@ -781,6 +951,28 @@ def encode_client_details(d: m.ClientDetails) -> bytes:
         _CLIENT_GROUP.pack(g.stream_id, g.topic_id, g.group_id) for g in d.groups)
 
 
+_USER_HEAD = struct.Struct("<IQB")
+_NO_PERMISSIONS = bytes(4)
+
+
+def encode_user_info(u: m.UserInfo, dialect: Dialect) -> bytes:
+    out = _USER_HEAD.pack(u.id, u.created_at, u.status) + enc_name8(u.username)
+    return out + _enc_prefixed_options(u.options) if dialect is Dialect.VSR else out
+
+
+def encode_user_details(d: m.UserDetails, dialect: Dialect) -> bytes:
+    """No permissions is four zero bytes (u32 0), as both the 0.8 server and the V wire type write
+    it: the 0.9.0 client rejects a lone zero byte (captured)."""
+    if d.permissions is None:
+        return encode_user_info(d.user, dialect) + _NO_PERMISSIONS
+    block = encode_permissions(d.permissions)
+    return encode_user_info(d.user, dialect) + b"\x01" + U32.pack(len(block)) + block
+
+
+def encode_pat_info(t: m.PersonalAccessTokenInfo) -> bytes:
+    return enc_name8(t.name) + U64.pack(t.expiry_at or 0)
+
+
 # One table of reply encoders: record type -> encoder (every encoder takes the dialect; those whose
 # layout does not depend on it ignore it).
 _REPLY_ENCODERS: dict[type[Any], Callable[[Any, Dialect], bytes]] = {
@@ -800,6 +992,10 @@ _REPLY_ENCODERS: dict[type[Any], Callable[[Any, Dialect], bytes]] = {
     m.Stats: lambda r, _d: encode_stats(r),
     m.ClientInfo: lambda r, _d: encode_client_info(r),
     m.ClientDetails: lambda r, _d: encode_client_details(r),
+    m.UserInfo: encode_user_info,
+    m.UserDetails: encode_user_details,
+    m.PersonalAccessTokenInfo: lambda r, _d: encode_pat_info(r),
+    m.RawPersonalAccessToken: lambda r, _d: enc_name8(r.token),
 }
 
 
@@ -854,6 +1050,34 @@ def _read_group(r: Reader) -> m.ConsumerGroupInfo:
 
 def _read_client(r: Reader) -> m.ClientInfo:
     return m.ClientInfo(r.u32(), r.u32(), r.u8(), r.str32(), r.u32())
+
+
+def _read_user(r: Reader, dialect: Dialect) -> m.UserInfo:
+    uid, created, status, name = r.u32(), r.u64(), _user_status(r), r.name8()
+    options = _read_prefixed_options(r) if dialect is Dialect.VSR else ()
+    return m.UserInfo(uid, created, status, name, options)
+
+
+def _dec_user_details(r: Reader, d: Dialect) -> m.UserDetails:
+    user = _read_user(r, d)
+    flag = r.u8()
+    if flag == 0:
+        if r.take(3) != bytes(3):
+            raise IggyError(Status.INVALID_FORMAT, "no-permissions marker must be four zero bytes")
+        return m.UserDetails(user)
+    if flag != 1:
+        raise IggyError(Status.INVALID_FORMAT, f"permissions flag {flag}")
+    n = r.u32()
+    at = r.skip(n)
+    inner = Reader(r.buf, at, at + n)
+    permissions = read_permissions(inner)
+    inner.done()
+    return m.UserDetails(user, permissions)
+
+
+def _read_pat(r: Reader) -> m.PersonalAccessTokenInfo:
+    name, expiry = r.name8(), r.u64()
+    return m.PersonalAccessTokenInfo(name, expiry or None)
 
 
 def _all(r: Reader, read: Callable[[Reader], Any]) -> tuple[Any, ...]:
@@ -931,7 +1155,7 @@ def _dec_polled(r: Reader, d: Dialect) -> m.PolledMessages:
 ReplyDecoder = Callable[[Reader, Dialect], Any]
 
 _LIST_REPLIES = frozenset({Command.GET_STREAMS, Command.GET_TOPICS, Command.GET_CONSUMER_GROUPS,
-                           Command.GET_CLIENTS})
+                           Command.GET_CLIENTS, Command.GET_USERS, Command.GET_PERSONAL_ACCESS_TOKENS})
 
 REPLY_DECODERS: Mapping[Command, ReplyDecoder] = MappingProxyType({
     Command.GET_STATS: _dec_stats,
@@ -956,6 +1180,11 @@ REPLY_DECODERS: Mapping[Command, ReplyDecoder] = MappingProxyType({
     Command.CREATE_CONSUMER_GROUP: _dec_group_details,
     Command.GET_CONSUMER_GROUPS: lambda r, d: _all(r, _read_group),
     Command.SYNC_CONSUMER_GROUP: _dec_assignment,
+    Command.GET_USER: _dec_user_details,
+    Command.CREATE_USER: _dec_user_details,
+    Command.GET_USERS: lambda r, d: _all(r, lambda x: _read_user(x, d)),
+    Command.GET_PERSONAL_ACCESS_TOKENS: lambda r, d: _all(r, _read_pat),
+    Command.CREATE_PERSONAL_ACCESS_TOKEN: lambda r, d: m.RawPersonalAccessToken(r.name8()),
 })
 
 

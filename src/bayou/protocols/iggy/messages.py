@@ -13,12 +13,16 @@ sent (1-based, 0 = not specified -> None); mapping them onto bayou's partitions 
 from __future__ import annotations
 
 import enum
+import itertools
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from bayou.protocols.iggy.codes import Command, Status
 from bayou.protocols.iggy.framing import IggyError
+
+_T = TypeVar("_T")
 
 # -- kinds --------------------------------------------------------------------------------------
 
@@ -77,6 +81,13 @@ class AckLevel(enum.IntEnum):
 
     NO_ACK = 0
     QUORUM = 1
+
+
+class UserStatus(enum.IntEnum):
+    """A user's status byte (``UserStatus::as_code``); any other value is INVALID_COMMAND."""
+
+    ACTIVE = 1
+    INACTIVE = 2
 
 
 # -- shared parts -------------------------------------------------------------------------------
@@ -267,6 +278,91 @@ class PolledMessage:
     headers: Headers = ()
 
 
+# -- permissions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalPermissions:
+    """The ten global flags, in wire order (``permissions.rs``). They apply to every stream."""
+
+    manage_servers: bool = False
+    read_servers: bool = False
+    manage_users: bool = False
+    read_users: bool = False
+    manage_streams: bool = False
+    read_streams: bool = False
+    manage_topics: bool = False
+    read_topics: bool = False
+    poll_messages: bool = False
+    send_messages: bool = False
+
+    @staticmethod
+    def everything() -> GlobalPermissions:
+        return GlobalPermissions(*(True,) * 10)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPermissions:
+    """Flags for one topic of one stream, wire order after the u32 ``topic_id``."""
+
+    topic_id: int
+    manage_topic: bool = False
+    read_topic: bool = False
+    poll_messages: bool = False
+    send_messages: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPermissions:
+    """Flags for one stream, wire order after the u32 ``stream_id``, then its topics.
+
+    ``topics`` is kept sorted by id (the order V writes; L writes hash-map order, which carries no
+    meaning), so two equal permission sets compare equal. Duplicate topic ids raise ValueError."""
+
+    stream_id: int
+    manage_stream: bool = False
+    read_stream: bool = False
+    manage_topics: bool = False
+    read_topics: bool = False
+    poll_messages: bool = False
+    send_messages: bool = False
+    topics: tuple[TopicPermissions, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topics", _sorted_unique(self.topics, lambda t: t.topic_id, "topic"))
+
+    def topic(self, topic_id: int) -> TopicPermissions | None:
+        return next((t for t in self.topics if t.topic_id == topic_id), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """A user's permission set: global flags plus per-stream (and per-topic) grants that extend
+    them. ``streams`` is kept sorted by id; duplicate stream ids raise ValueError."""
+
+    global_permissions: GlobalPermissions = GlobalPermissions()
+    streams: tuple[StreamPermissions, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "streams", _sorted_unique(self.streams, lambda x: x.stream_id, "stream"))
+
+    def stream(self, stream_id: int) -> StreamPermissions | None:
+        return next((x for x in self.streams if x.stream_id == stream_id), None)
+
+    @staticmethod
+    def root() -> Permissions:
+        """What Iggy gives the root user (``Permissions::root``): every global flag, no streams."""
+        return Permissions(GlobalPermissions.everything())
+
+
+def _sorted_unique(items: tuple[_T, ...], key: Callable[[_T], int], what: str) -> tuple[_T, ...]:
+    out = tuple(sorted(items, key=key))
+    for a, b in itertools.pairwise(out):
+        if key(a) == key(b):
+            raise ValueError(f"duplicate {what} id {key(a)} in permissions")
+    return out
+
+
 # -- requests -----------------------------------------------------------------------------------
 
 
@@ -316,6 +412,47 @@ class GetUsers:
 class DeleteUser:
     user: Identifier
     command: ClassVar[Command] = Command.DELETE_USER
+
+
+@dataclass(frozen=True, slots=True)
+class CreateUser:
+    """``permissions`` None = the u8 flag 0 (the user gets none). ``options`` is V only: a TLV
+    block running to the end of the body (no client sends one yet)."""
+
+    username: str
+    password: str
+    status: UserStatus = UserStatus.ACTIVE
+    permissions: Permissions | None = None
+    options: Headers = ()
+    command: ClassVar[Command] = Command.CREATE_USER
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateUser:
+    """None = leave unchanged. ``options`` is V only (the 0.9.0 ``update_user(options=...)``)."""
+
+    user: Identifier
+    username: str | None = None
+    status: UserStatus | None = None
+    options: Headers = ()
+    command: ClassVar[Command] = Command.UPDATE_USER
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePermissions:
+    """A full replacement: None removes every permission."""
+
+    user: Identifier
+    permissions: Permissions | None
+    command: ClassVar[Command] = Command.UPDATE_PERMISSIONS
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePassword:
+    user: Identifier
+    current_password: str
+    new_password: str
+    command: ClassVar[Command] = Command.CHANGE_PASSWORD
 
 
 @dataclass(frozen=True, slots=True)
@@ -633,8 +770,8 @@ class SyncConsumerGroup:
 
 @dataclass(frozen=True, slots=True)
 class Unsupported:
-    """A known command bayou has no decoder for (user administration, snapshots, option
-    discovery). The server answers it with FEATURE_UNAVAILABLE (B.4 allows status 5)."""
+    """A known command bayou has no decoder for (snapshots, option discovery). The server
+    answers it with FEATURE_UNAVAILABLE (B.4 allows status 5)."""
 
     code: Command
     payload: bytes
@@ -646,7 +783,8 @@ class Unsupported:
 
 Request = (
     Ping | GetStats | GetClusterMetadata | GetMe | GetClient | GetClients | GetUser | GetUsers
-    | DeleteUser | LoginUser | LoginWithToken | LoginRegister | LoginRegisterWithToken | LogoutUser
+    | DeleteUser | CreateUser | UpdateUser | UpdatePermissions | ChangePassword | LoginUser
+    | LoginWithToken | LoginRegister | LoginRegisterWithToken | LogoutUser
     | GetPersonalAccessTokens | CreatePersonalAccessToken | DeletePersonalAccessToken | PollMessages
     | SendMessages | FlushUnsavedBuffer | GetConsumerOffset | StoreConsumerOffset
     | DeleteConsumerOffset | GetStream | GetStreams | CreateStream | DeleteStream | UpdateStream
@@ -882,11 +1020,49 @@ class ClientDetails:
     groups: tuple[ClientGroup, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    """A user record: u32 id, u64 created_at, u8 status, name8 username; V appends a u32-prefixed
+    options block (``options``; L has none)."""
+
+    id: int
+    created_at: int
+    status: UserStatus
+    username: str
+    options: Headers = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UserDetails:
+    """GET_USER / CREATE_USER reply: the user record, then its permissions (None = no permissions,
+    sent as four zero bytes)."""
+
+    user: UserInfo
+    permissions: Permissions | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PersonalAccessTokenInfo:
+    """One GET_PERSONAL_ACCESS_TOKENS entry: name8 + u64 expiry timestamp in microseconds (0 on the
+    wire = never expires = None)."""
+
+    name: str
+    expiry_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RawPersonalAccessToken:
+    """CREATE_PERSONAL_ACCESS_TOKEN reply: the token itself, name8; the only time it is sent."""
+
+    token: str
+
+
 Reply = (
     StreamDetails | TopicDetails | ConsumerGroupDetails | ConsumerGroupAssignment | ConsumerOffsetInfo
     | PolledMessages | SendConfirmations | LoginReply | LoginRegisterReply | ClusterMetadata | Stats
-    | ClientDetails | tuple[StreamInfo, ...] | tuple[TopicInfo, ...] | tuple[ConsumerGroupInfo, ...]
-    | tuple[ClientInfo, ...]
+    | ClientDetails | UserDetails | RawPersonalAccessToken | tuple[StreamInfo, ...] | tuple[TopicInfo, ...]
+    | tuple[ConsumerGroupInfo, ...] | tuple[ClientInfo, ...] | tuple[UserInfo, ...]
+    | tuple[PersonalAccessTokenInfo, ...]
 )
 
 

@@ -1,0 +1,176 @@
+"""Iggy messages between the wire and the frames bayou stores (``bayou.records.iggy``).
+
+The hot paths work on bytes, batch at a time (STYLE performance habits):
+
+- ``vsr_send_frames`` checks an apache-iggy 0.9 SEND_MESSAGES batch (every frame checksum, the
+  batch checksum, sizes, reserved fields) and returns its frames ready to store, usually the very
+  bytes that arrived;
+- ``frames_from_messages`` builds stored frames for D and L sends, which arrive in other layouts;
+- ``vsr_record`` serves a run of stored frames to a V consumer as one batch record (a new 256-byte
+  header in front of the stored bytes); ``legacy_messages`` rewrites them as L's 64-byte-header
+  messages.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Sequence
+
+import xxhash
+
+from bayou.protocols.iggy.batches import (
+    L_HEADER_SIZE,
+    MAX_PAYLOAD,
+    U32_MAX,
+    V_BATCH,
+    V_BATCH_SIZE,
+    V_FRAME,
+    V_FRAME_SIZE,
+)
+from bayou.protocols.iggy.codes import Status
+from bayou.protocols.iggy.framing import IggyError
+from bayou.protocols.iggy.messages import Message
+from bayou.protocols.iggy.wire import MAX_USER_HEADERS, enc_user_headers
+
+_xxh3 = xxhash.xxh3_64_intdigest
+_V_BATCH_FIELDS = struct.Struct("<QQQQQI")
+_V_BATCH_PAD = bytes(V_BATCH_SIZE - V_BATCH.size)
+_L_TAIL = struct.Struct("<QQQQQIIQ")  # id lo, id hi, offset, timestamp, origin, hlen, plen, reserved
+_U64 = struct.Struct("<Q")
+_MASK64 = 0xFFFF_FFFF_FFFF_FFFF
+
+Mint = Callable[[], int]
+
+
+def mint_uuid4() -> int:
+    """A random UUIDv4 as a u128, what the Iggy server gives a message sent with id 0."""
+    value = int.from_bytes(os.urandom(16), "big")
+    value &= ~(0xF000 << 64) & ~(0xC000 << 48)
+    return value | (0x4000 << 64) | (0x8000 << 48)
+
+
+def _frame(msg_id: int, offset_delta: int, ts_delta: int, payload: bytes | memoryview,
+           headers: bytes | memoryview) -> bytes:
+    tail = V_FRAME.pack(0, msg_id & _MASK64, msg_id >> 64, offset_delta, ts_delta, len(headers),
+                        len(payload), 0)[8:]
+    h = xxhash.xxh3_64(tail)
+    h.update(payload)
+    h.update(headers)
+    return _U64.pack(h.intdigest()) + tail + bytes(payload) + bytes(headers)
+
+
+def vsr_send_frames(payload: bytes, pos: int, count: int, *, mint: Mint = mint_uuid4
+                    ) -> tuple[bytes, int]:
+    """(frames to store, batch origin timestamp) of the one batch at ``payload[pos:]``, which must
+    hold exactly ``count`` frames and end the payload (iggy.md C.9). Frames with id 0 get a minted
+    id (and a new checksum); everything else is stored as sent."""
+    end = len(payload)
+    if end - pos < V_BATCH_SIZE:
+        raise IggyError(Status.INVALID_COMMAND, "batch header truncated")
+    pid, base_offset, base_ts, origin, length, checksum, n = V_BATCH.unpack_from(payload, pos)
+    if any(payload[pos + V_BATCH.size : pos + V_BATCH_SIZE]):
+        raise IggyError(Status.INVALID_RESERVED_FIELD, "batch header reserved bytes are not zero")
+    if length != end - pos:
+        raise IggyError(Status.INVALID_MESSAGES_SIZE, f"batch length {length} does not fill the request")
+    if n != count:
+        raise IggyError(Status.INVALID_MESSAGES_COUNT, f"batch holds {n} messages, metadata says {count}")
+    mv = memoryview(payload)
+    start = at = pos + V_BATCH_SIZE
+    unpack = V_FRAME.unpack_from
+    sums = []
+    fix: list[tuple[int, int, int]] = []  # (index, start, end) of frames needing a new id
+    for i in range(count):
+        if end - at < V_FRAME_SIZE:
+            raise IggyError(Status.INVALID_MESSAGES_SIZE, f"frame {i} header beyond the batch")
+        ck, lo, hi, od, _td, hl, pl, reserved = unpack(payload, at)
+        frame_end = at + V_FRAME_SIZE + pl + hl
+        if reserved:
+            raise IggyError(Status.INVALID_RESERVED_FIELD, f"frame {i} reserved field {reserved}")
+        if frame_end > end:
+            raise IggyError(Status.INVALID_MESSAGES_SIZE, f"frame {i} beyond the batch")
+        if pl > MAX_PAYLOAD:
+            raise IggyError(Status.TOO_BIG_MESSAGE_PAYLOAD, f"payload of {pl} bytes")
+        if hl > MAX_USER_HEADERS:
+            raise IggyError(Status.TOO_BIG_USER_HEADERS, f"user headers of {hl} bytes")
+        if pl == 0:
+            raise IggyError(Status.EMPTY_MESSAGE_PAYLOAD, f"frame {i} has no payload")
+        if ck != _xxh3(mv[at + 8 : frame_end]):
+            raise IggyError(Status.INVALID_MESSAGE_CHECKSUM, f"frame {i} checksum")
+        if od != i:
+            raise IggyError(Status.INVALID_FORMAT, f"frame {i} has offset delta {od}")
+        if not (lo or hi):
+            fix.append((i, at, frame_end))
+        sums.append(mv[at : at + 8])
+        at = frame_end
+    if at != end:
+        raise IggyError(Status.INVALID_MESSAGES_SIZE, f"{end - at} bytes after the last frame")
+    h = xxhash.xxh3_64(_V_BATCH_FIELDS.pack(pid, base_offset, base_ts, origin, length, count))
+    h.update(b"".join(sums))
+    if h.intdigest() != checksum:
+        raise IggyError(Status.INVALID_BATCH_CHECKSUM, "batch checksum")
+    if not fix:
+        return payload[start:end], origin
+    out = bytearray(mv[start:end])
+    for i, f_start, f_end in fix:
+        _ck, _lo, _hi, od, td, hl, pl, _r = unpack(payload, f_start)
+        body = f_start + V_FRAME_SIZE
+        new = _frame(mint(), od, td, mv[body : body + pl], mv[body + pl : f_end])
+        out[f_start - start : f_end - start] = new
+        del i
+    return bytes(out), origin
+
+
+def frames_from_messages(messages: Sequence[Message], *, now_us: int, mint: Mint = mint_uuid4
+                         ) -> tuple[bytes, int]:
+    """(frames, batch origin timestamp) for messages decoded from a D or L send. A message without
+    an origin timestamp (D has none) gets ``now_us``; a spread of origin times wider than a u32 of
+    microseconds (71 minutes) is clamped, which only a client with a broken clock produces."""
+    origins = [m.origin_timestamp or now_us for m in messages]
+    base = min(origins)
+    parts = []
+    for i, (m, origin) in enumerate(zip(messages, origins, strict=True)):
+        if not m.payload:
+            raise IggyError(Status.EMPTY_MESSAGE_PAYLOAD, f"message {i} has no payload")
+        headers = enc_user_headers(m.headers) if m.headers else b""
+        parts.append(_frame(m.id or mint(), i, min(origin - base, U32_MAX), m.payload, headers))
+    return b"".join(parts), base
+
+
+def vsr_record(partition_id: int, data: bytes | memoryview, positions: Sequence[int], i0: int, i1: int,
+               *, base_offset: int, append_us: int, origin_base: int) -> bytes:
+    """Frames ``i0..i1-1`` of a stored batch as one V batch record (C.9): a fresh 256-byte header
+    whose base offset is the stored batch's, so each frame's own offset delta still gives its
+    offset; the batch checksum chains the header fields and the frames' checksums."""
+    mv = memoryview(data)
+    first, last = positions[i0], positions[i1]
+    length = V_BATCH_SIZE + last - first
+    count = i1 - i0
+    h = xxhash.xxh3_64(_V_BATCH_FIELDS.pack(partition_id, base_offset, append_us, origin_base, length,
+                                            count))
+    h.update(b"".join([mv[p : p + 8] for p in positions[i0:i1]]))
+    return (V_BATCH.pack(partition_id, base_offset, append_us, origin_base, length, h.intdigest(), count)
+            + _V_BATCH_PAD + bytes(mv[first:last]))
+
+
+def legacy_messages(data: bytes | memoryview, positions: Sequence[int], i0: int, i1: int, *,
+                    base_offset: int, append_us: int, origin_base: int) -> list[bytes]:
+    """Frames ``i0..i1-1`` of a stored batch as L messages (B.5): a 64-byte header with the absolute
+    offset, server and origin timestamps and a checksum over the rest, then payload and headers."""
+    mv = memoryview(data)
+    unpack = V_FRAME.unpack_from
+    pack = _L_TAIL.pack
+    out: list[bytes] = []
+    for i in range(i0, i1):
+        at = positions[i]
+        _ck, lo, hi, od, td, hl, pl, _r = unpack(data, at)
+        tail = pack(lo, hi, base_offset + od, append_us, origin_base + td, hl, pl, 0)
+        body = mv[at + V_FRAME_SIZE : positions[i + 1]]
+        h = xxhash.xxh3_64(tail)
+        h.update(body)
+        out.append(_U64.pack(h.intdigest()) + tail)
+        out.append(bytes(body))
+    return out
+
+
+assert _L_TAIL.size + 8 == L_HEADER_SIZE

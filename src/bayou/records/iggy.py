@@ -1,0 +1,129 @@
+"""Iggy message frames stored as sent (batch payload format ``FORMAT_IGGY``).
+
+An apache-iggy 0.9 producer sends one batch of 48-byte message frames (iggy.md C.9). bayou stores
+those frames unchanged as the records section of a batch, so an Iggy consumer is served the stored
+bytes (a fresh 256-byte batch header in front, no per-message re-encoding), and every other
+protocol reads them as ``Record`` through ``decode_frames``:
+
+    frame: checksum u64 | id u128 | offset_delta u32 | timestamp_delta u32 |
+           user_headers_length u32 | payload_length u32 | reserved u64 | payload | user headers
+
+All integers little-endian, as on the Iggy wire. ``offset_delta`` is the frame's index in the
+batch; ``checksum`` is XXH3-64 of the frame from byte 8 to its end. The batch header fields Kafka
+uses for idempotent producers carry Iggy's two batch timestamps instead:
+
+- ``base_timestamp``/``max_timestamp`` (ms) = the server append time, so the time index and
+  timestamp lookups see it; ``base_sequence`` = the sub-millisecond part (0..999 microseconds);
+- ``producer_id`` = the batch origin timestamp in microseconds (the producer's clock); a frame's
+  origin time is that plus its ``timestamp_delta``.
+
+Seen as a ``Record``: value = payload, key = None, timestamp = append time (ms), message_id = id
+(None for 0), headers = ``iggy.origin_ts`` (u64 LE microseconds) followed by one header per user
+header: ``iggy.h.<key>`` for a UTF-8 string key, ``iggy.hk.<key kind>.<key hex>`` otherwise, the
+value being one byte of value kind then the value bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from bayou.errors import CorruptRecord
+from bayou.records.model import Record
+
+FORMAT_IGGY = 2
+
+FRAME = struct.Struct("<QQQIIIIQ")  # checksum, id lo, id hi, offset_delta, ts_delta, hlen, plen, rsv
+FRAME_SIZE = FRAME.size  # 48
+_LENGTHS = struct.Struct("<II")  # user_headers_length, payload_length at frame offset 32
+_TLV_LEN = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+PREFIX = "iggy."
+ORIGIN_TIMESTAMP = "iggy.origin_ts"
+STRING_KEY_PREFIX = "iggy.h."
+TYPED_KEY_PREFIX = "iggy.hk."
+KIND_STRING = 2
+
+Buffer = bytes | bytearray | memoryview
+
+
+def split_append_time(append_us: int) -> tuple[int, int]:
+    """(base_timestamp ms, base_sequence) for a batch appended at ``append_us``."""
+    return append_us // 1000, append_us % 1000
+
+
+def append_time_us(base_timestamp: int, base_sequence: int) -> int:
+    """The append time of a ``FORMAT_IGGY`` batch, from its header fields."""
+    return base_timestamp * 1000 + (base_sequence if 0 <= base_sequence < 1000 else 0)
+
+
+def frame_positions(data: Buffer, start: int, end: int, count: int) -> list[int]:
+    """The start of each of ``count`` frames in ``data[start:end]`` plus ``end``: ``count + 1``
+    positions. Raises ``CorruptRecord`` unless the frames tile the range exactly."""
+    positions = [start]
+    pos = start
+    unpack = _LENGTHS.unpack_from
+    for _ in range(count):
+        if end - pos < FRAME_SIZE:
+            raise CorruptRecord("truncated Iggy frame header")
+        hlen, plen = unpack(data, pos + 32)
+        pos += FRAME_SIZE + hlen + plen
+        if pos > end:
+            raise CorruptRecord("Iggy frame past the end of its batch")
+        positions.append(pos)
+    if pos != end:
+        raise CorruptRecord("Iggy frames do not fill their batch")
+    return positions
+
+
+def user_headers_to_record(buf: Buffer, pos: int, end: int) -> list[tuple[str, bytes]]:
+    """Iggy user headers (key kind u8, key u32-len, value kind u8, value u32-len, repeated) as
+    record headers, named as the module docstring says."""
+    out: list[tuple[str, bytes]] = []
+    mv = memoryview(buf)
+    while pos < end:
+        if end - pos < 5:
+            raise CorruptRecord("truncated Iggy header key")
+        key_kind = mv[pos]
+        (klen,) = _TLV_LEN.unpack_from(buf, pos + 1)
+        key = bytes(mv[pos + 5 : pos + 5 + klen])
+        pos += 5 + klen
+        if end - pos < 5 or len(key) != klen:
+            raise CorruptRecord("truncated Iggy header value")
+        value_kind = mv[pos]
+        (vlen,) = _TLV_LEN.unpack_from(buf, pos + 1)
+        value = bytes(mv[pos + 5 : pos + 5 + vlen])
+        pos += 5 + vlen
+        if len(value) != vlen or pos > end:
+            raise CorruptRecord("Iggy header value past the end of its message")
+        out.append((header_name(key_kind, key), bytes((value_kind,)) + value))
+    return out
+
+
+def header_name(key_kind: int, key: bytes) -> str:
+    if key_kind == KIND_STRING:
+        try:
+            return STRING_KEY_PREFIX + key.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return f"{TYPED_KEY_PREFIX}{key_kind}.{key.hex()}"
+
+
+def decode_frames(data: Buffer, start: int, end: int, count: int, *, base_offset: int,
+                  append_ms: int, origin_base_us: int) -> list[Record]:
+    """Every frame of a ``FORMAT_IGGY`` records section as a ``Record``."""
+    positions = frame_positions(data, start, end, count)
+    out: list[Record] = []
+    for i in range(count):
+        pos = positions[i]
+        _ck, lo, hi, _delta, ts_delta, hlen, plen, _rsv = FRAME.unpack_from(data, pos)
+        body = pos + FRAME_SIZE
+        payload = bytes(data[body : body + plen])
+        headers: list[tuple[str, bytes]] = [(ORIGIN_TIMESTAMP, _U64.pack(origin_base_us + ts_delta))]
+        if hlen:
+            headers.extend(user_headers_to_record(data, body + plen, body + plen + hlen))
+        msg_id = lo | (hi << 64)
+        out.append(Record(value=payload, key=None, timestamp=append_ms, headers=tuple(headers),
+                          message_id=msg_id or None, offset=base_offset + i))
+    return out
+

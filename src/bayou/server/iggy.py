@@ -1,0 +1,1226 @@
+"""The Apache Iggy binary transport bound to the broker (iggy.md), three framings on one port.
+
+A connection's framing is detected from its first bytes (D.2): the 256-byte-header framing of
+apache-iggy 0.9 (V) or the legacy framing (u32 length + u32 code) shared by apache-iggy 0.8 (L)
+and the design document (D), which are told apart by whether the client logs in (D.3). Requests
+are decoded by the sans-IO codec (``bayou.protocols.iggy``) and dispatched through one table of
+handlers keyed by command code; every handler calls only the broker API, the stream catalog
+(``iggy_catalog``) and the user store (``iggy_users``).
+
+Messages sent through Iggy are stored as the producer's frames (``bayou.records.iggy``) and polled
+back from the stored bytes; records produced through other protocols are converted when an Iggy
+client polls them. Iggy's "stored consumer offset" is the offset of the last consumed message,
+bayou's committed offset the next one to read: stored = committed - 1 at this boundary, so a V1 or
+Cursus consumer of the same group resumes where an Iggy one stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import platform
+import secrets
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import xxhash
+
+from bayou import __version__
+from bayou.broker import Acks, Broker
+from bayou.broker.groups.coordinator import IGGY_POLICY
+from bayou.errors import BayouError, GroupNotFound, TopicAlreadyExists, UnknownMember
+from bayou.protocols.iggy import messages as m
+from bayou.protocols.iggy.batches import POLL_PREFIX, decode_legacy_send, decode_vsr_send, read_send_metadata
+from bayou.protocols.iggy.codec import check_vsr_header, decode_frame, encode_reply
+from bayou.protocols.iggy.codes import (
+    Command,
+    EvictionReason,
+    Operation,
+    Status,
+    not_found_status,
+    status_for,
+)
+from bayou.protocols.iggy.convert import record_to_polled, send_to_records
+from bayou.protocols.iggy.framing import (
+    Dialect,
+    IggyError,
+    LegacyFrame,
+    LegacyFrameReader,
+    RequestHeader,
+    VsrFrame,
+    VsrFrameReader,
+    detect_dialect,
+    encode_eviction,
+    encode_legacy_error,
+    encode_legacy_reply,
+    encode_vsr_error,
+    encode_vsr_ok,
+    resolve_legacy_dialect,
+)
+from bayou.protocols.iggy.stored import frames_from_messages, legacy_messages, vsr_record, vsr_send_frames
+from bayou.records.batch import HEADER_SIZE, assemble_batch, decode_records, encode_batch, iter_batches
+from bayou.records.iggy import FORMAT_IGGY, append_time_us, frame_positions, split_append_time
+from bayou.records.model import Record
+from bayou.server.base import Connection, Listener
+from bayou.server.iggy_catalog import Catalog, GroupEntry, StreamEntry, TopicEntry
+from bayou.server.iggy_users import Action, AuthFailure, User, UserStore, UserStoreError, allowed
+
+log = logging.getLogger("bayou.iggy")
+
+PROTOCOL_VERSION = m.pack_version(0, 11, 0)  # the V protocol apache-iggy 0.9.0 speaks (C.7)
+SERVER_NAME = f"bayou-{__version__}"
+MAX_PARTITIONS = 1000
+U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+NO_USER = 0xFFFF_FFFF
+POLL_MAX_BYTES = 64 * 1024 * 1024
+IDLE_MEMBER_TIMEOUT_S = 36.0  # the current server: 1.2 x 30 s without a request, members only (E.5)
+TRANSPORT_TCP = 1
+
+# What a command needs before it runs: nothing (None) or a permission (see iggy_users.allowed).
+PUBLIC = frozenset({Command.PING, Command.LOGIN_USER, Command.LOGIN_REGISTER,
+                    Command.LOGIN_WITH_PERSONAL_ACCESS_TOKEN, Command.LOGIN_REGISTER_WITH_PAT})
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _ident(value: int | str) -> str:
+    return f"'{value}'" if isinstance(value, str) else str(value)
+
+
+@dataclass(slots=True)
+class Session:
+    """One connection's state."""
+
+    client_id: int
+    address: str
+    framing: Dialect | None = None  # VSR or LEGACY (D and L share the legacy framing)
+    dialect: Dialect | None = None  # SEED / LEGACY / VSR once known
+    user: User | None = None
+    session: int = 0  # V session number handed out at login
+    groups: set[tuple[int, int, int]] = field(default_factory=set)  # (stream, topic, group) ids
+    cursor: dict[tuple[int, int, int], int] = field(default_factory=dict)  # L group-poll round robin
+    last_seen: float = field(default_factory=time.monotonic)
+    close_after_reply: bool = False
+    conn: Connection | None = None
+
+    @property
+    def member(self) -> str:
+        return str(self.client_id)
+
+
+Handler = Callable[[Session, Any], Awaitable[bytes | m.Reply | None]]
+
+
+class IggyService:
+    def __init__(self, broker: Broker, *, port: int, host: str = "127.0.0.1",
+                 root_username: str = "iggy", root_password: str = "iggy",
+                 seed_dialect: bool = False) -> None:
+        self.broker = broker
+        self.port = port
+        self.host = host
+        self.seed_dialect = seed_dialect
+        data = broker.config.data_dir / "iggy"
+        self.catalog = Catalog(data / "catalog.json")
+        self.users = UserStore(data / "users.json", root_username, root_password)
+        self.sessions: dict[int, Session] = {}
+        self._next_client = 1
+        self._balanced: dict[str, int] = {}
+        self._started = time.time()
+        self._cpu = (time.monotonic(), sum(os.times()[:2]))
+        self._starting: asyncio.Task[None] | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self.handlers: dict[Command, Handler] = self._handler_table()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the catalog and users (once; every connection awaits the same start)."""
+        if self._starting is None:
+            self._starting = asyncio.get_running_loop().create_task(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._load)
+        # Members are connections: nobody is connected after a restart.
+        for _s, t in self.catalog.all_topics():
+            for g in t.groups.values():
+                await self.broker.reset_group_members(t.broker_group(g))
+        self._reaper = loop.create_task(self._reap_idle(), name="iggy-idle-members")
+
+    def _load(self) -> None:
+        self.catalog.load()
+        self.users.load()
+        if self.catalog.sync(self.broker.list_topics(), now_us()):
+            self.catalog.save()
+
+    async def _save_catalog(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.catalog.save)
+
+    async def _sync(self) -> None:
+        if self.catalog.sync(self.broker.list_topics(), now_us()):
+            await self._save_catalog()
+
+    async def _reap_idle(self) -> None:
+        while True:
+            await asyncio.sleep(5)
+            cutoff = time.monotonic() - IDLE_MEMBER_TIMEOUT_S
+            for s in list(self.sessions.values()):
+                if s.groups and s.last_seen < cutoff and s.conn is not None:
+                    log.info("closing idle Iggy group member", extra={"client": s.client_id})
+                    s.conn.writer.close()
+
+    def open_session(self, conn: Connection) -> Session:
+        s = Session(self._next_client, conn.peer, conn=conn)
+        self._next_client += 1
+        self.sessions[s.client_id] = s
+        return s
+
+    async def close_session(self, s: Session) -> None:
+        self.sessions.pop(s.client_id, None)
+        for key in list(s.groups):
+            with contextlib.suppress(BayouError, IggyError):
+                await self._leave(s, key)
+
+    # -- the request path ----------------------------------------------------------------------
+
+    async def handle_legacy(self, s: Session, frame: LegacyFrame) -> bytes:
+        """One legacy-framed request -> its reply frame (D and L share the reply framing)."""
+        s.last_seen = time.monotonic()
+        try:
+            if s.dialect is None:
+                kind = resolve_legacy_dialect(frame.code, authenticated=s.user is not None)
+                if kind is Dialect.SEED and not self.seed_dialect:
+                    raise IggyError(Status.UNAUTHENTICATED, "log in first")
+                s.dialect = kind
+            dialect = s.dialect or Dialect.LEGACY
+            if frame.code == Command.SEND_MESSAGES and dialect is Dialect.LEGACY:
+                self._require_login(s, Command.SEND_MESSAGES)
+                return encode_legacy_reply(await self._send_legacy(s, frame.payload))
+            req = decode_frame(dialect, frame)
+            reply = await self._dispatch(s, req)
+            return encode_legacy_reply(self._encode(reply, dialect))
+        except IggyError as exc:
+            return self._legacy_error(exc)
+        except BayouError as exc:
+            return encode_legacy_error(status_for(exc))
+
+    @staticmethod
+    def _legacy_error(exc: IggyError) -> bytes:
+        log.debug("iggy request refused: %s", exc)
+        return encode_legacy_error(exc.status)
+
+    async def handle_vsr(self, s: Session, frame: VsrFrame) -> bytes:
+        s.last_seen = time.monotonic()
+        header = frame.header
+        try:
+            if header.operation == Operation.NON_REPLICATED or header.operation == Operation.REGISTER:
+                pass
+            elif s.session and header.session != s.session:
+                raise IggyError(Status.INVALID_SESSION, "unknown session",
+                                eviction=EvictionReason.SESSION_ERROR)
+            if header.operation == Operation.SEND_MESSAGES:
+                check_vsr_header(header)
+                self._require_login(s, Command.SEND_MESSAGES)
+                return encode_vsr_ok(header, await self._send_vsr(s, frame.body))
+            req = decode_frame(Dialect.VSR, frame)
+            reply = await self._dispatch(s, req, header)
+            return encode_vsr_ok(header, self._encode(reply, Dialect.VSR))
+        except IggyError as exc:
+            if exc.eviction is not None:
+                s.close_after_reply = True
+                return encode_eviction(header.client, exc.eviction, server_version=PROTOCOL_VERSION,
+                                       server_version_min=PROTOCOL_VERSION & ~0x3FF)
+            return encode_vsr_error(header, exc.status)
+        except BayouError as exc:
+            return encode_vsr_error(header, status_for(exc))
+
+    @staticmethod
+    def _encode(reply: bytes | m.Reply | None, dialect: Dialect) -> bytes:
+        if reply is None:
+            return b""
+        if isinstance(reply, bytes):
+            return reply
+        return encode_reply(reply, dialect)
+
+    async def _dispatch(self, s: Session, req: Any, header: RequestHeader | None = None
+                        ) -> bytes | m.Reply | None:
+        command = req.command
+        self._require_login(s, command)
+        handler = self.handlers.get(command)
+        if handler is None:
+            raise IggyError(Status.FEATURE_UNAVAILABLE, f"{command.name} is not available")
+        if header is not None and command in (Command.LOGIN_REGISTER, Command.LOGIN_REGISTER_WITH_PAT):
+            return await self._login_register(s, req, header)
+        return await handler(s, req)
+
+    def _anonymous(self, s: Session) -> bool:
+        """A design-document client: it has no login (the seed predates users), so with D
+        support enabled its legacy-framed connection is served without one (D.3)."""
+        return (self.seed_dialect and s.user is None and s.framing is Dialect.LEGACY
+                and s.dialect in (None, Dialect.SEED))
+
+    def _require_login(self, s: Session, command: Command) -> None:
+        if s.user is not None or command in PUBLIC or self._anonymous(s):
+            return
+        raise IggyError(Status.UNAUTHENTICATED, f"{command.name} needs a login")
+
+    def _permit(self, s: Session, action: Action, stream: int | None = None,
+                topic: int | None = None) -> None:
+        if self._anonymous(s):
+            return
+        if s.user is None or not allowed(s.user, action, stream, topic):
+            raise IggyError(Status.UNAUTHORIZED, f"not allowed to {action}")
+
+    def _handler_table(self) -> dict[Command, Handler]:
+        c = Command
+        return {
+            c.PING: self._ping, c.GET_STATS: self._get_stats, c.GET_CLUSTER_METADATA: self._cluster,
+            c.GET_ME: self._get_me, c.GET_CLIENT: self._get_client, c.GET_CLIENTS: self._get_clients,
+            c.LOGIN_USER: self._login_user, c.LOGIN_WITH_PERSONAL_ACCESS_TOKEN: self._login_token,
+            c.LOGIN_REGISTER: self._unreachable, c.LOGIN_REGISTER_WITH_PAT: self._unreachable,
+            c.LOGOUT_USER: self._logout,
+            c.GET_USER: self._get_user, c.GET_USERS: self._get_users, c.CREATE_USER: self._create_user,
+            c.DELETE_USER: self._delete_user, c.UPDATE_USER: self._update_user,
+            c.UPDATE_PERMISSIONS: self._update_permissions, c.CHANGE_PASSWORD: self._change_password,
+            c.GET_PERSONAL_ACCESS_TOKENS: self._get_tokens,
+            c.CREATE_PERSONAL_ACCESS_TOKEN: self._create_token,
+            c.DELETE_PERSONAL_ACCESS_TOKEN: self._delete_token,
+            c.POLL_MESSAGES: self._poll, c.SEND_MESSAGES: self._send_decoded,
+            c.FLUSH_UNSAVED_BUFFER: self._flush,
+            c.GET_CONSUMER_OFFSET: self._get_offset, c.STORE_CONSUMER_OFFSET: self._store_offset,
+            c.DELETE_CONSUMER_OFFSET: self._delete_offset,
+            c.GET_STREAM: self._get_stream, c.GET_STREAMS: self._get_streams,
+            c.CREATE_STREAM: self._create_stream, c.DELETE_STREAM: self._delete_stream,
+            c.UPDATE_STREAM: self._update_stream, c.PURGE_STREAM: self._purge_stream,
+            c.GET_TOPIC: self._get_topic, c.GET_TOPICS: self._get_topics,
+            c.CREATE_TOPIC: self._create_topic, c.DELETE_TOPIC: self._delete_topic,
+            c.UPDATE_TOPIC: self._update_topic, c.PURGE_TOPIC: self._purge_topic,
+            c.CREATE_PARTITIONS: self._create_partitions, c.DELETE_PARTITIONS: self._delete_partitions,
+            c.DELETE_SEGMENTS: self._delete_segments,
+            c.GET_CONSUMER_GROUP: self._get_group, c.GET_CONSUMER_GROUPS: self._get_groups,
+            c.CREATE_CONSUMER_GROUP: self._create_group, c.DELETE_CONSUMER_GROUP: self._delete_group,
+            c.JOIN_CONSUMER_GROUP: self._join_group, c.LEAVE_CONSUMER_GROUP: self._leave_group,
+            c.SYNC_CONSUMER_GROUP: self._sync_group,
+        }
+
+    async def _unreachable(self, s: Session, req: Any) -> None:
+        raise IggyError(Status.INVALID_COMMAND, "a V login must travel as operation Register")
+
+    # -- resolution ----------------------------------------------------------------------------
+
+    def _stream(self, ident: m.Identifier) -> StreamEntry:
+        entry = self.catalog.stream(ident.value)
+        if entry is None:
+            raise IggyError(not_found_status(Status.STREAM_ID_NOT_FOUND, ident.is_name),
+                            f"stream {_ident(ident.value)}")
+        return entry
+
+    def _topic(self, stream: StreamEntry, ident: m.Identifier) -> TopicEntry:
+        entry = stream.topic(ident.value)
+        if entry is None or entry.topic not in self.broker.topics:
+            raise IggyError(not_found_status(Status.TOPIC_ID_NOT_FOUND, ident.is_name),
+                            f"topic {_ident(ident.value)}")
+        return entry
+
+    async def _resolve(self, stream: m.Identifier, topic: m.Identifier) -> tuple[StreamEntry, TopicEntry]:
+        try:
+            s = self._stream(stream)
+            return s, self._topic(s, topic)
+        except IggyError:
+            await self._sync()  # a topic may have been created or deleted through another protocol
+            s = self._stream(stream)
+            return s, self._topic(s, topic)
+
+    async def _find_stream(self, ident: m.Identifier) -> StreamEntry | None:
+        entry = self.catalog.stream(ident.value)
+        if entry is None:
+            await self._sync()
+            entry = self.catalog.stream(ident.value)
+        return entry
+
+    @staticmethod
+    def _group(topic: TopicEntry, ident: m.Identifier) -> GroupEntry:
+        entry = topic.group(ident.value)
+        if entry is None:
+            raise IggyError(not_found_status(Status.CONSUMER_GROUP_ID_NOT_FOUND, ident.is_name),
+                            f"consumer group {_ident(ident.value)}")
+        return entry
+
+    @staticmethod
+    def _partition_in(s: Session, partition_id: int | None) -> int | None:
+        """A client's partition id as a bayou partition index (D numbers from 1, 0 = unspecified)."""
+        if partition_id is None:
+            return None
+        if s.dialect is Dialect.SEED:
+            return partition_id - 1 if partition_id > 0 else None
+        return partition_id
+
+    @staticmethod
+    def _partition_out(s: Session, partition: int) -> int:
+        return partition + 1 if s.dialect is Dialect.SEED else partition
+
+    def _check_partition(self, topic: TopicEntry, partition: int) -> None:
+        if not 0 <= partition < self.broker.partition_count(topic.topic):
+            raise IggyError(Status.PARTITION_NOT_FOUND, f"partition {partition}")
+
+    # -- records for the getters ---------------------------------------------------------------
+
+    def _partition_infos(self, s: Session, topic: TopicEntry) -> tuple[m.PartitionInfo, ...]:
+        info = self.broker.describe_topic(topic.topic)
+        return tuple(
+            m.PartitionInfo(self._partition_out(s, p.partition), topic.created_at, p.segments,
+                            max(p.high_watermark - 1, 0), p.size_bytes,
+                            p.high_watermark - p.log_start_offset)
+            for p in info.partitions)
+
+    def _topic_info(self, s: Session, topic: TopicEntry,
+                    parts: tuple[m.PartitionInfo, ...] | None = None) -> m.TopicInfo:
+        parts = self._partition_infos(s, topic) if parts is None else parts
+        return m.TopicInfo(
+            id=topic.id, created_at=topic.created_at, partitions_count=len(parts),
+            message_expiry=topic.message_expiry, compression_algorithm=topic.compression,
+            max_topic_size=topic.max_topic_size, size_bytes=sum(p.size_bytes for p in parts),
+            messages_count=sum(p.messages_count for p in parts), name=topic.name,
+            replication_factor=topic.replication_factor or 1)
+
+    def _topic_details(self, s: Session, topic: TopicEntry) -> m.TopicDetails:
+        parts = self._partition_infos(s, topic)
+        return m.TopicDetails(self._topic_info(s, topic, parts), parts)
+
+    def _stream_info(self, s: Session, stream: StreamEntry,
+                     topics: tuple[m.TopicInfo, ...] | None = None) -> m.StreamInfo:
+        topics = self._topic_infos(s, stream) if topics is None else topics
+        return m.StreamInfo(stream.id, stream.created_at, len(topics), sum(t.size_bytes for t in topics),
+                            sum(t.messages_count for t in topics), stream.name)
+
+    def _topic_infos(self, s: Session, stream: StreamEntry) -> tuple[m.TopicInfo, ...]:
+        return tuple(self._topic_info(s, t) for t in sorted(stream.topics.values(), key=lambda t: t.id)
+                     if t.topic in self.broker.topics)
+
+    # -- system --------------------------------------------------------------------------------
+
+    async def _ping(self, s: Session, req: m.Ping) -> None:
+        return None
+
+    async def _cluster(self, s: Session, req: m.GetClusterMetadata) -> m.ClusterMetadata:
+        node = m.ClusterNode("bayou", self.host, self.port, 0, 0, 0, role=0, status=0)
+        return m.ClusterMetadata("single-node", (node,))
+
+    async def _get_stats(self, s: Session, req: m.GetStats) -> m.Stats:
+        self._permit(s, "read_servers")
+        return await asyncio.get_running_loop().run_in_executor(None, self._stats)
+
+    def _stats(self) -> m.Stats:
+        now = time.monotonic()
+        cpu = sum(os.times()[:2])
+        t0, c0 = self._cpu
+        self._cpu = (now, cpu)
+        usage = 100.0 * (cpu - c0) / (now - t0) if now > t0 else 0.0
+        meminfo = _meminfo()
+        parts = [p for t in self.broker.topics.values() for p in t.partitions]
+        disk = shutil.disk_usage(self.broker.config.data_dir)
+        io = _proc_io()
+        load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        groups = sum(len(t.groups) for _s, t in self.catalog.all_topics())
+        major, minor, patch = (int(x) for x in [*__version__.split("."), "0", "0"][:3])
+        return m.Stats(
+            process_id=os.getpid(), cpu_usage=usage,
+            total_cpu_usage=min(100.0, 100.0 * load1 / (os.cpu_count() or 1)),
+            memory_usage=_rss(), total_memory=meminfo.get("MemTotal", 0),
+            available_memory=meminfo.get("MemAvailable", 0),
+            run_time=int((time.time() - self._started) * 1_000_000),
+            start_time=int(self._started * 1_000_000),
+            read_bytes=io.get("read_bytes", 0), written_bytes=io.get("write_bytes", 0),
+            messages_size_bytes=sum(p.log.size_bytes for p in parts),
+            streams_count=len(self.catalog.visible_streams()),
+            topics_count=sum(1 for _ in self.catalog.all_topics()), partitions_count=len(parts),
+            segments_count=sum(len(p.log.segments) for p in parts),
+            messages_count=sum(p.high_watermark - p.log.log_start_offset for p in parts),
+            clients_count=len(self.sessions), consumer_groups_count=groups,
+            hostname=socket.gethostname(), os_name=platform.system(), os_version=platform.release(),
+            kernel_version=platform.version(), iggy_server_version=SERVER_NAME,
+            iggy_server_semver=major * 1_000_000 + minor * 1_000 + patch, cache_metrics=(),
+            threads_count=threading.active_count(), free_disk_space=disk.free, total_disk_space=disk.total)
+
+    def _client_details(self, c: Session) -> m.ClientDetails:
+        groups = tuple(m.ClientGroup(*key) for key in sorted(c.groups))
+        info = m.ClientInfo(c.client_id, c.user.id if c.user else NO_USER, TRANSPORT_TCP, c.address,
+                            len(groups))
+        return m.ClientDetails(info, groups)
+
+    async def _get_me(self, s: Session, req: m.GetMe) -> m.ClientDetails:
+        return self._client_details(s)
+
+    async def _get_client(self, s: Session, req: m.GetClient) -> m.ClientDetails | None:
+        self._permit(s, "read_servers")
+        c = self.sessions.get(req.client_id)
+        return None if c is None else self._client_details(c)
+
+    async def _get_clients(self, s: Session, req: m.GetClients) -> tuple[m.ClientInfo, ...]:
+        self._permit(s, "read_servers")
+        return tuple(self._client_details(c).client for c in self.sessions.values())
+
+    # -- sessions and users --------------------------------------------------------------------
+
+    async def _authenticate(self, fn: Callable[..., User], *args: str) -> User:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def _login_user(self, s: Session, req: m.LoginUser) -> m.LoginReply:
+        if s.dialect is None:
+            s.dialect = Dialect.LEGACY
+        try:
+            s.user = await self._authenticate(self.users.authenticate, req.username, req.password)
+        except AuthFailure as exc:
+            raise IggyError(Status(exc.iggy_status), "login refused") from None
+        log.info("iggy login", extra={"client": s.client_id, "user": s.user.username})
+        return m.LoginReply(s.user.id)
+
+    async def _login_token(self, s: Session, req: m.LoginWithToken) -> m.LoginReply:
+        if s.dialect is None:
+            s.dialect = Dialect.LEGACY
+        try:
+            s.user = await self._authenticate(self.users.authenticate_token, req.token)
+        except AuthFailure as exc:
+            raise IggyError(Status(exc.iggy_status), "token refused") from None
+        return m.LoginReply(s.user.id)
+
+    async def _login_register(self, s: Session, req: m.LoginRegister | m.LoginRegisterWithToken,
+                              header: RequestHeader) -> m.LoginRegisterReply:
+        if req.protocol_version >> 10 != PROTOCOL_VERSION >> 10:
+            raise IggyError(Status.INCOMPATIBLE_PROTOCOL_VERSION, "protocol version",
+                            eviction=EvictionReason.INCOMPATIBLE_PROTOCOL)
+        try:
+            if isinstance(req, m.LoginRegister):
+                user = await self._authenticate(self.users.authenticate, req.username, req.password)
+            else:
+                user = await self._authenticate(self.users.authenticate_token, req.token)
+        except AuthFailure as exc:
+            reason = {Status.USER_INACTIVE: EvictionReason.USER_INACTIVE,
+                      Status.INVALID_PERSONAL_ACCESS_TOKEN: EvictionReason.INVALID_TOKEN,
+                      }.get(Status(exc.iggy_status), EvictionReason.INVALID_CREDENTIALS)
+            raise IggyError(Status(exc.iggy_status), "login refused", eviction=reason) from None
+        s.user = user
+        s.dialect = Dialect.VSR
+        s.session = secrets.randbits(63) | 1
+        log.info("iggy login", extra={"client": s.client_id, "user": user.username})
+        return m.LoginRegisterReply(user.id, s.session, PROTOCOL_VERSION, SERVER_NAME)
+
+    async def _logout(self, s: Session, req: m.LogoutUser) -> None:
+        for key in list(s.groups):
+            with contextlib.suppress(BayouError, IggyError):
+                await self._leave(s, key)
+        s.user = None
+        s.session = 0
+        return None
+
+    async def _users_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, lambda: fn(*args, **kwargs))
+        except UserStoreError as exc:
+            raise IggyError(Status(exc.iggy_status), str(exc)) from None
+
+    async def _get_user(self, s: Session, req: m.GetUser) -> m.Reply | None:
+        self._permit(s, "read_users")
+        user = self.users.get(req.user.value)
+        return None if user is None else user.details()
+
+    async def _get_users(self, s: Session, req: m.GetUsers) -> m.Reply:
+        self._permit(s, "read_users")
+        return tuple(u.info() for u in self.users.users())
+
+    async def _create_user(self, s: Session, req: m.CreateUser) -> m.Reply:
+        self._permit(s, "manage_users")
+        user: User = await self._users_call(self.users.create_user, req.username, req.password,
+                                      active=req.status == m.UserStatus.ACTIVE,
+                                      permissions=req.permissions)
+        return user.details()
+
+    async def _delete_user(self, s: Session, req: m.DeleteUser) -> None:
+        self._permit(s, "manage_users")
+        await self._users_call(self.users.delete_user, req.user.value)
+
+    async def _update_user(self, s: Session, req: m.UpdateUser) -> None:
+        self._permit(s, "manage_users")
+        active = None if req.status is None else req.status == m.UserStatus.ACTIVE
+        await self._users_call(self.users.update_user, req.user.value, username=req.username,
+                               active=active)
+
+    async def _update_permissions(self, s: Session, req: m.UpdatePermissions) -> None:
+        self._permit(s, "manage_users")
+        await self._users_call(self.users.update_permissions, req.user.value, req.permissions)
+
+    async def _change_password(self, s: Session, req: m.ChangePassword) -> None:
+        assert s.user is not None
+        target = self.users.get(req.user.value)
+        if target is None or target.id != s.user.id:
+            self._permit(s, "manage_users")
+        await self._users_call(self.users.change_password, req.user.value, req.current_password,
+                               req.new_password)
+
+    async def _get_tokens(self, s: Session, req: m.GetPersonalAccessTokens) -> m.Reply:
+        assert s.user is not None
+        return tuple(t.info() for t in self.users.tokens(s.user.id))
+
+    async def _create_token(self, s: Session, req: m.CreatePersonalAccessToken) -> m.Reply:
+        assert s.user is not None
+        token = await self._users_call(self.users.create_token, s.user.id, req.name,
+                                       req.expiry or None)
+        return m.RawPersonalAccessToken(token)
+
+    async def _delete_token(self, s: Session, req: m.DeletePersonalAccessToken) -> None:
+        assert s.user is not None
+        await self._users_call(self.users.delete_token, s.user.id, req.name)
+
+    # -- streams -------------------------------------------------------------------------------
+
+    async def _get_stream(self, s: Session, req: m.GetStream) -> m.StreamDetails | None:
+        stream = await self._find_stream(req.stream)
+        if stream is None:
+            return None
+        self._permit(s, "read_streams", stream.id)
+        topics = self._topic_infos(s, stream)
+        return m.StreamDetails(self._stream_info(s, stream, topics), topics)
+
+    async def _get_streams(self, s: Session, req: m.GetStreams) -> tuple[m.StreamInfo, ...]:
+        self._permit(s, "read_streams")
+        await self._sync()
+        return tuple(self._stream_info(s, st) for st in self.catalog.visible_streams())
+
+    async def _create_stream(self, s: Session, req: m.CreateStream) -> m.StreamDetails:
+        self._permit(s, "manage_streams")
+        _check_name(req.name, Status.INVALID_STREAM_NAME)
+        if self.catalog.stream_name_taken(req.name):
+            raise IggyError(Status.STREAM_NAME_ALREADY_EXISTS, f"stream {req.name!r} exists")
+        if req.stream_id is not None:  # D: the client chooses, from 1
+            if req.stream_id < 1 or req.stream_id >= 0x7FFF_FFFF:
+                raise IggyError(Status.INVALID_STREAM_ID, f"stream id {req.stream_id}")
+            if req.stream_id in self.catalog.streams:
+                raise IggyError(Status.STREAM_ID_ALREADY_EXISTS, f"stream {req.stream_id} exists")
+        stream = self.catalog.add_stream(req.name, now_us(), req.stream_id)
+        await self._save_catalog()
+        return m.StreamDetails(self._stream_info(s, stream, ()))
+
+    async def _delete_stream(self, s: Session, req: m.DeleteStream) -> None:
+        stream = await self._require_stream(req.stream)
+        self._permit(s, "manage_streams", stream.id)
+        for topic in list(stream.topics.values()):
+            await self._drop_topic(stream, topic)
+        if not stream.is_default:
+            self.catalog.remove_stream(stream)
+        await self._save_catalog()
+
+    async def _require_stream(self, ident: m.Identifier) -> StreamEntry:
+        stream = await self._find_stream(ident)
+        if stream is None:
+            raise IggyError(not_found_status(Status.STREAM_ID_NOT_FOUND, ident.is_name),
+                            f"stream {_ident(ident.value)}")
+        return stream
+
+    async def _update_stream(self, s: Session, req: m.UpdateStream) -> None:
+        stream = await self._require_stream(req.stream)
+        self._permit(s, "manage_streams", stream.id)
+        _check_name(req.name, Status.INVALID_STREAM_NAME)
+        if stream.is_default:
+            raise IggyError(Status.INVALID_STREAM_NAME, "the default stream cannot be renamed")
+        if req.name != stream.name and self.catalog.stream_name_taken(req.name):
+            raise IggyError(Status.STREAM_NAME_ALREADY_EXISTS, f"stream {req.name!r} exists")
+        stream.name = req.name
+        await self._save_catalog()
+
+    async def _purge_stream(self, s: Session, req: m.PurgeStream) -> None:
+        stream = await self._require_stream(req.stream)
+        self._permit(s, "manage_streams", stream.id)
+        for topic in stream.topics.values():
+            await self.broker.purge_topic(topic.topic)
+
+    # -- topics --------------------------------------------------------------------------------
+
+    async def _get_topic(self, s: Session, req: m.GetTopic) -> m.TopicDetails | None:
+        try:
+            stream, topic = await self._resolve(req.stream, req.topic)
+        except IggyError:
+            return None
+        self._permit(s, "read_topics", stream.id, topic.id)
+        return self._topic_details(s, topic)
+
+    async def _get_topics(self, s: Session, req: m.GetTopics) -> tuple[m.TopicInfo, ...]:
+        stream = await self._require_stream(req.stream)
+        self._permit(s, "read_topics", stream.id)
+        return self._topic_infos(s, stream)
+
+    @staticmethod
+    def _retention(expiry_us: int, max_size: int, partitions: int) -> dict[str, str | None]:
+        """Topic config for Iggy's expiry (us) and maximum size (bytes, split per partition):
+        0 = the server default (bayou's retention), u64 max = never / unlimited."""
+        cfg: dict[str, str | None] = {"retention.ms": None, "retention.bytes": None}
+        if expiry_us == U64_MAX:
+            cfg["retention.ms"] = "-1"
+        elif expiry_us:
+            cfg["retention.ms"] = str(max(1, math.ceil(expiry_us / 1000)))
+        if max_size == U64_MAX:
+            cfg["retention.bytes"] = "-1"
+        elif max_size:
+            cfg["retention.bytes"] = str(max(1, max_size // max(partitions, 1)))
+        return cfg
+
+    async def _create_topic(self, s: Session, req: m.CreateTopic) -> m.TopicDetails:
+        stream = await self._require_stream(req.stream)
+        self._permit(s, "manage_topics", stream.id)
+        _check_name(req.name, Status.INVALID_TOPIC_NAME)
+        if stream.is_default:
+            raise IggyError(Status.FEATURE_UNAVAILABLE,
+                            "the default stream shows topics made by other protocols; create a stream")
+        if stream.topic(req.name) is not None:
+            raise IggyError(Status.TOPIC_NAME_ALREADY_EXISTS, f"topic {req.name!r} exists")
+        if req.topic_id is not None:
+            if req.topic_id < 1:
+                raise IggyError(Status.INVALID_TOPIC_ID, f"topic id {req.topic_id}")
+            if req.topic_id in stream.topics:
+                raise IggyError(Status.TOPIC_ID_ALREADY_EXISTS, f"topic {req.topic_id} exists")
+        if not 1 <= req.partitions_count <= MAX_PARTITIONS:
+            raise IggyError(Status.INVALID_PARTITIONS_COUNT, f"{req.partitions_count} partitions")
+        expiry = req.message_expiry or 0
+        max_size = req.max_topic_size or 0
+        name = self.catalog.bayou_topic_name(stream.name, req.name, set(self.broker.topics))
+        config = {k: v for k, v in self._retention(expiry, max_size, req.partitions_count).items()
+                  if v is not None}
+        if req.replication_factor:
+            config["replication.factor"] = str(req.replication_factor)
+        try:
+            await self.broker.create_topic(name, req.partitions_count, config)
+        except TopicAlreadyExists:  # created elsewhere in between: take the next free name
+            name = self.catalog.bayou_topic_name(stream.name, req.name, set(self.broker.topics) | {name})
+            await self.broker.create_topic(name, req.partitions_count, config)
+        topic = self.catalog.add_topic(stream, req.name, name, now_us(), topic_id=req.topic_id,
+                                       compression=req.compression_algorithm or 1, message_expiry=expiry,
+                                       max_topic_size=max_size,
+                                       replication_factor=req.replication_factor or 0)
+        await self._save_catalog()
+        return self._topic_details(s, topic)
+
+    async def _drop_topic(self, stream: StreamEntry, topic: TopicEntry) -> None:
+        for g in topic.groups.values():
+            await self.broker.delete_group(topic.broker_group(g))
+        with contextlib.suppress(BayouError):
+            await self.broker.delete_topic(topic.topic)
+        stream.topics.pop(topic.id, None)
+
+    async def _delete_topic(self, s: Session, req: m.DeleteTopic) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "manage_topics", stream.id, topic.id)
+        await self._drop_topic(stream, topic)
+        await self._save_catalog()
+
+    async def _update_topic(self, s: Session, req: m.UpdateTopic) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "manage_topics", stream.id, topic.id)
+        _check_name(req.name, Status.INVALID_TOPIC_NAME)
+        other = stream.topic(req.name)
+        if other is not None and other is not topic:
+            raise IggyError(Status.TOPIC_NAME_ALREADY_EXISTS, f"topic {req.name!r} exists")
+        partitions = self.broker.partition_count(topic.topic)
+        await self.broker.alter_topic_config(
+            topic.topic, self._retention(req.message_expiry, req.max_topic_size, partitions))
+        topic.name = req.name
+        topic.compression = req.compression_algorithm or 1
+        topic.message_expiry = req.message_expiry
+        topic.max_topic_size = req.max_topic_size
+        if req.replication_factor is not None:
+            topic.replication_factor = req.replication_factor
+        await self._save_catalog()
+
+    async def _purge_topic(self, s: Session, req: m.PurgeTopic) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "manage_topics", stream.id, topic.id)
+        await self.broker.purge_topic(topic.topic)
+
+    async def _resplit_size(self, topic: TopicEntry) -> None:
+        if topic.max_topic_size and topic.max_topic_size != U64_MAX:
+            n = self.broker.partition_count(topic.topic)
+            await self.broker.alter_topic_config(
+                topic.topic, {"retention.bytes": str(max(1, topic.max_topic_size // n))})
+
+    async def _create_partitions(self, s: Session, req: m.CreatePartitions) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "manage_topics", stream.id, topic.id)
+        have = self.broker.partition_count(topic.topic)
+        if not req.partitions_count >= 1 or have + req.partitions_count > MAX_PARTITIONS:
+            raise IggyError(Status.INVALID_PARTITIONS_COUNT, f"{req.partitions_count} partitions")
+        await self.broker.add_partitions(topic.topic, have + req.partitions_count)
+        await self._resplit_size(topic)
+
+    async def _delete_partitions(self, s: Session, req: m.DeletePartitions) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "manage_topics", stream.id, topic.id)
+        have = self.broker.partition_count(topic.topic)
+        if not 1 <= req.partitions_count < have:
+            raise IggyError(Status.INVALID_PARTITIONS_COUNT,
+                            f"cannot delete {req.partitions_count} of {have} partitions")
+        await self.broker.remove_partitions(topic.topic, req.partitions_count)
+        await self._resplit_size(topic)
+
+    async def _delete_segments(self, s: Session, req: m.DeleteSegments) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "manage_topics", stream.id, topic.id)
+        p = self._partition_in(s, req.partition_id)
+        if p is None:
+            raise IggyError(Status.PARTITION_NOT_FOUND, "partition 0")
+        self._check_partition(topic, p)
+        await self.broker.delete_segments(topic.topic, p, req.segments_count)
+
+    # -- sending -------------------------------------------------------------------------------
+
+    def _route(self, s: Session, topic: TopicEntry, partitioning: m.Partitioning) -> int:
+        n = self.broker.partition_count(topic.topic)
+        kind = partitioning.kind
+        if kind == m.PartitioningKind.PARTITION_ID:
+            pid = partitioning.partition_id
+            if pid is None:
+                raise IggyError(Status.INVALID_FORMAT, "partition id must be a u32")
+            p = self._partition_in(s, pid)
+            if p is None:
+                raise IggyError(Status.PARTITION_NOT_FOUND, "partition 0")
+            self._check_partition(topic, p)
+            return p
+        if kind == m.PartitioningKind.MESSAGES_KEY:
+            if not partitioning.value:
+                raise IggyError(Status.INVALID_FORMAT, "empty messages key")
+            return xxhash.xxh32_intdigest(partitioning.value) % n
+        counter = self._balanced.get(topic.topic, -1) + 1
+        self._balanced[topic.topic] = counter
+        return counter % n
+
+    async def _append_frames(self, s: Session, stream: StreamEntry, topic: TopicEntry, partition: int,
+                             frames: bytes, count: int, origin_base: int) -> int:
+        self._permit(s, "send", stream.id, topic.id)
+        append = now_us()
+        ms, sub = split_append_time(append)
+        batch = assemble_batch(frames, record_count=count, base_offset=0,
+                               attributes=FORMAT_IGGY << 8, base_timestamp=ms, max_timestamp=ms,
+                               producer_id=origin_base, base_sequence=sub)
+        result = await self.broker.produce(topic.topic, partition, batch, Acks.LEADER, create=False)
+        return result.base_offset
+
+    async def _append_keyed(self, s: Session, stream: StreamEntry, topic: TopicEntry, partition: int,
+                            req: m.SendMessages) -> int:
+        """A messages-key send keeps its key, so it is stored as records (key included)."""
+        self._permit(s, "send", stream.id, topic.id)
+        ms = now_us() // 1000
+        records = [Record(r.value, r.key, ms, r.headers, r.message_id or _mint())
+                   for r in send_to_records(req)]
+        result = await self.broker.produce(topic.topic, partition, encode_batch(records), Acks.LEADER,
+                                           create=False)
+        return result.base_offset
+
+    async def _send_vsr(self, s: Session, body: bytes) -> bytes:
+        stream_id, topic_id, partitioning, count, pos = read_send_metadata(body)
+        stream, topic = await self._resolve(stream_id, topic_id)
+        partition = self._route(s, topic, partitioning)
+        if partitioning.kind == m.PartitioningKind.MESSAGES_KEY:
+            req = decode_vsr_send(body)
+            base = await self._append_keyed(s, stream, topic, partition, req)
+        else:
+            frames, origin = vsr_send_frames(body, pos, count)
+            base = await self._append_frames(s, stream, topic, partition, frames, count, origin)
+        confirmation = m.SendConfirmation(stream.id, topic.id, partition, base)
+        return encode_reply(m.SendConfirmations((confirmation,)), Dialect.VSR)
+
+    async def _send_legacy(self, s: Session, payload: bytes) -> bytes:
+        await self._send_decoded(s, decode_legacy_send(payload))
+        return b""
+
+    async def _send_decoded(self, s: Session, req: m.SendMessages) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        partition = self._route(s, topic, req.partitioning)
+        if req.partitioning.kind == m.PartitioningKind.MESSAGES_KEY:
+            await self._append_keyed(s, stream, topic, partition, req)
+            return None
+        frames, origin = frames_from_messages(req.messages, now_us=now_us())
+        await self._append_frames(s, stream, topic, partition, frames, len(req.messages), origin)
+        return None
+
+    async def _flush(self, s: Session, req: m.FlushUnsavedBuffer) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "send", stream.id, topic.id)
+        p = self._partition_in(s, req.partition_id)
+        if p is None:
+            raise IggyError(Status.PARTITION_NOT_FOUND, "partition 0")
+        self._check_partition(topic, p)
+        await self.broker.flush_partition(topic.topic, p)
+
+    # -- consumers and offsets -----------------------------------------------------------------
+
+    def _consumer_key(self, s: Session, topic: TopicEntry, consumer: m.Consumer) -> str:
+        """The broker group holding this consumer's offsets: the Iggy group's, or one per
+        regular consumer id (a numeric id and its decimal name are the same consumer)."""
+        if consumer.kind == m.ConsumerKind.GROUP:
+            return topic.broker_group(self._group(topic, consumer.id))
+        return f"iggy-consumer.{consumer.id.value}"
+
+    def _member_partitions(self, s: Session, stream: StreamEntry, topic: TopicEntry,
+                           group: GroupEntry) -> tuple[int, ...]:
+        if (stream.id, topic.id, group.id) not in s.groups:
+            raise IggyError(Status.CONSUMER_GROUP_MEMBER_NOT_FOUND, f"not a member of {group.name!r}")
+        desc = self.broker.describe_group(topic.broker_group(group))
+        for member, _seen, parts in desc.members:
+            if member == s.member:
+                return parts
+        raise IggyError(Status.CONSUMER_GROUP_MEMBER_NOT_FOUND, f"not a member of {group.name!r}")
+
+    def _offset_partition(self, s: Session, stream: StreamEntry, topic: TopicEntry,
+                          consumer: m.Consumer, partition_id: int | None) -> int:
+        p = self._partition_in(s, partition_id)
+        if p is None:
+            if consumer.kind == m.ConsumerKind.GROUP:
+                group = self._group(topic, consumer.id)
+                parts = self._member_partitions(s, stream, topic, group)
+                if not parts:
+                    raise IggyError(Status.CONSUMER_GROUP_MEMBER_NOT_FOUND, "no partitions assigned")
+                return parts[0]
+            p = 0
+        self._check_partition(topic, p)
+        return p
+
+    async def _get_offset(self, s: Session, req: m.GetConsumerOffset) -> m.ConsumerOffsetInfo | None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "poll", stream.id, topic.id)
+        p = self._offset_partition(s, stream, topic, req.consumer, req.partition_id)
+        committed = self.broker.committed_offset(self._consumer_key(s, topic, req.consumer), topic.topic, p)
+        if committed is None or committed == 0:
+            return None
+        hw = self.broker.partition(topic.topic, p).high_watermark
+        return m.ConsumerOffsetInfo(self._partition_out(s, p), max(hw - 1, 0), committed - 1)
+
+    async def _store_offset(self, s: Session, req: m.StoreConsumerOffset) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "poll", stream.id, topic.id)
+        p = self._offset_partition(s, stream, topic, req.consumer, req.partition_id)
+        hw = self.broker.partition(topic.topic, p).high_watermark
+        if hw == 0 or req.offset > hw - 1:
+            raise IggyError(Status.INVALID_OFFSET, f"offset {req.offset} is past the partition's last")
+        await self.broker.commit_offset(self._consumer_key(s, topic, req.consumer), topic.topic, p,
+                                        req.offset + 1)
+
+    async def _delete_offset(self, s: Session, req: m.DeleteConsumerOffset) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "poll", stream.id, topic.id)
+        p = self._offset_partition(s, stream, topic, req.consumer, req.partition_id)
+        key = self._consumer_key(s, topic, req.consumer)
+        if not await self.broker.delete_committed_offset(key, topic.topic, p):
+            raise IggyError(Status.CONSUMER_OFFSET_NOT_FOUND, "no stored offset")
+
+    # -- polling -------------------------------------------------------------------------------
+
+    def _poll_partition(self, s: Session, stream: StreamEntry, topic: TopicEntry,
+                        req: m.PollMessages) -> int | None:
+        """The partition a poll reads, or None for "nothing to read" (a member without
+        partitions, or a V member naming a partition it no longer owns)."""
+        p = self._partition_in(s, req.partition_id)
+        if req.consumer.kind != m.ConsumerKind.GROUP:
+            p = 0 if p is None else p
+            self._check_partition(topic, p)
+            return p
+        group = self._group(topic, req.consumer.id)
+        owned = self._member_partitions(s, stream, topic, group)
+        if p is None:
+            if not owned:
+                return None
+            key = (stream.id, topic.id, group.id)
+            i = s.cursor.get(key, -1) + 1
+            s.cursor[key] = i
+            return owned[i % len(owned)]
+        self._check_partition(topic, p)
+        return p if p in owned else None
+
+    async def _poll(self, s: Session, req: m.PollMessages) -> bytes | m.PolledMessages:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "poll", stream.id, topic.id)
+        dialect = s.dialect or Dialect.LEGACY
+        p = self._poll_partition(s, stream, topic, req)
+        if p is None:
+            pid = m.RESYNC_PARTITION if dialect is Dialect.VSR and req.partition_id is not None else 0
+            return POLL_PREFIX.pack(pid, 0, 0)
+        part = self.broker.partition(topic.topic, p)
+        hw = part.high_watermark
+        start_of_log = part.log.log_start_offset
+        current = max(hw - 1, 0)
+        key = self._consumer_key(s, topic, req.consumer)
+        kind = req.strategy.kind
+        not_before_us = 0
+        if kind == m.PollingKind.OFFSET:
+            start = req.strategy.value
+        elif kind == m.PollingKind.TIMESTAMP:
+            not_before_us = req.strategy.value
+            found = await self.broker.offset_for_timestamp(topic.topic, p, not_before_us // 1000)
+            start = hw if found is None else found
+        elif kind == m.PollingKind.FIRST:
+            start = start_of_log
+        elif kind == m.PollingKind.LAST:
+            start = hw - min(req.count, hw)
+        else:  # NEXT
+            committed = self.broker.committed_offset(key, topic.topic, p)
+            start = start_of_log if committed is None else committed
+        start = max(start, start_of_log)
+        out_pid = self._partition_out(s, p)
+        if req.count == 0 or start >= hw:
+            return POLL_PREFIX.pack(out_pid, current, 0)
+        parts, count, last = await self._read(topic.topic, p, out_pid, start, req.count, hw, dialect,
+                                              not_before_us)
+        if req.auto_commit and count:
+            await self.broker.commit_offset(key, topic.topic, p, last + 1)
+        if dialect is Dialect.SEED:
+            assert isinstance(parts, list)
+            return m.PolledMessages(out_pid, current, tuple(parts))
+        return POLL_PREFIX.pack(out_pid, current, count) + b"".join(parts)
+
+    async def _read(self, topic: str, p: int, out_pid: int, start: int, count: int, hw: int,
+                    dialect: Dialect, not_before_us: int) -> tuple[list[Any], int, int]:
+        """Up to ``count`` messages from ``start``: reply parts (bytes for L and V, PolledMessage
+        for D), how many, and the last offset."""
+        parts: list[Any] = []
+        taken = 0
+        last = start - 1
+        offset = start
+        while taken < count and offset < hw:
+            r = await self.broker.fetch(topic, p, offset, max_bytes=POLL_MAX_BYTES, max_records=count - taken)
+            if not r.data:
+                break
+            data = r.data
+            for pos, h in iter_batches(data):
+                if taken >= count:
+                    break
+                lo = max(offset, h.base_offset)
+                hi = min(h.next_offset, hw, lo + count - taken)
+                if hi <= lo:
+                    continue
+                if h.payload_format == FORMAT_IGGY and h.compression == 0:
+                    append = append_time_us(h.base_timestamp, h.base_sequence)
+                    if append < not_before_us:
+                        offset = h.next_offset
+                        continue
+                    body = pos + HEADER_SIZE
+                    positions = frame_positions(data, body, pos + h.size, h.record_count)
+                    i0, i1 = lo - h.base_offset, hi - h.base_offset
+                    if dialect is Dialect.VSR:
+                        parts.append(vsr_record(out_pid, data, positions, i0, i1, base_offset=h.base_offset,
+                                                append_us=append, origin_base=h.producer_id))
+                    elif dialect is Dialect.LEGACY:
+                        parts.extend(legacy_messages(data, positions, i0, i1, base_offset=h.base_offset,
+                                                     append_us=append, origin_base=h.producer_id))
+                    else:
+                        parts.extend(record_to_polled(rec, timestamp=append)
+                                     for rec in decode_records(data, pos)[i0:i1])
+                    taken += i1 - i0
+                    last = hi - 1
+                else:
+                    polled = [record_to_polled(rec, timestamp=rec.timestamp * 1000)
+                              for rec in decode_records(data, pos)
+                              if lo <= rec.offset < hi and rec.timestamp * 1000 >= not_before_us]
+                    if polled:
+                        if dialect is Dialect.SEED:
+                            parts.extend(polled)
+                        else:
+                            reply = m.PolledMessages(out_pid, 0, tuple(polled))
+                            parts.append(encode_reply(reply, dialect)[POLL_PREFIX.size:])
+                        taken += len(polled)
+                        last = polled[-1].offset
+                offset = hi
+            if r.next_offset <= offset and offset == start:
+                break
+        return parts, taken, last
+
+    # -- consumer groups -----------------------------------------------------------------------
+
+    def _group_details(self, topic: TopicEntry, group: GroupEntry) -> m.ConsumerGroupDetails:
+        desc = self.broker.describe_group(topic.broker_group(group))
+        members = tuple(m.ConsumerGroupMember(int(mid), tuple(parts)) for mid, _seen, parts in desc.members)
+        info = m.ConsumerGroupInfo(group.id, self.broker.partition_count(topic.topic), len(members),
+                                   group.name)
+        return m.ConsumerGroupDetails(info, members)
+
+    async def _get_group(self, s: Session, req: m.GetConsumerGroup) -> m.ConsumerGroupDetails | None:
+        try:
+            stream, topic = await self._resolve(req.stream, req.topic)
+        except IggyError:
+            return None
+        self._permit(s, "read_topics", stream.id, topic.id)
+        group = topic.group(req.group.value)
+        return None if group is None else self._group_details(topic, group)
+
+    async def _get_groups(self, s: Session, req: m.GetConsumerGroups) -> tuple[m.ConsumerGroupInfo, ...]:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "read_topics", stream.id, topic.id)
+        return tuple(self._group_details(topic, g).group
+                     for g in sorted(topic.groups.values(), key=lambda g: g.id))
+
+    async def _create_group(self, s: Session, req: m.CreateConsumerGroup) -> m.ConsumerGroupDetails:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "poll", stream.id, topic.id)
+        name = req.name if req.name is not None else str(req.group_id)
+        _check_name(name, Status.INVALID_CONSUMER_GROUP_NAME)
+        if topic.group(name) is not None:
+            raise IggyError(Status.CONSUMER_GROUP_NAME_ALREADY_EXISTS, f"group {name!r} exists")
+        if req.group_id is not None:
+            if req.group_id < 1:
+                raise IggyError(Status.INVALID_CONSUMER_GROUP_ID, f"group id {req.group_id}")
+            if req.group_id in topic.groups:
+                raise IggyError(Status.CONSUMER_GROUP_ID_ALREADY_EXISTS, f"group {req.group_id} exists")
+        group = topic.add_group(name, req.group_id)
+        await self.broker.register_group(topic.broker_group(group), topic.topic, IGGY_POLICY)
+        await self._save_catalog()
+        return self._group_details(topic, group)
+
+    async def _delete_group(self, s: Session, req: m.DeleteConsumerGroup) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "poll", stream.id, topic.id)
+        group = self._group(topic, req.group)
+        await self.broker.delete_group(topic.broker_group(group))
+        del topic.groups[group.id]
+        for c in self.sessions.values():
+            c.groups.discard((stream.id, topic.id, group.id))
+        await self._save_catalog()
+
+    async def _join_group(self, s: Session, req: m.JoinConsumerGroup) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        self._permit(s, "poll", stream.id, topic.id)
+        group = self._group(topic, req.group)
+        await self.broker.join_group(topic.broker_group(group), topic.topic, s.member, policy=IGGY_POLICY)
+        s.groups.add((stream.id, topic.id, group.id))
+
+    async def _leave(self, s: Session, key: tuple[int, int, int]) -> None:
+        s.groups.discard(key)
+        stream = self.catalog.stream(key[0])
+        topic = stream.topics.get(key[1]) if stream else None
+        group = topic.groups.get(key[2]) if topic else None
+        if topic is not None and group is not None:
+            with contextlib.suppress(GroupNotFound, UnknownMember):
+                await self.broker.leave_group(topic.broker_group(group), topic.topic, s.member, None)
+
+    async def _leave_group(self, s: Session, req: m.LeaveConsumerGroup) -> None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        group = self._group(topic, req.group)
+        key = (stream.id, topic.id, group.id)
+        if key not in s.groups:
+            raise IggyError(Status.CONSUMER_GROUP_MEMBER_NOT_FOUND, f"not a member of {group.name!r}")
+        await self._leave(s, key)
+
+    async def _sync_group(self, s: Session, req: m.SyncConsumerGroup) -> m.ConsumerGroupAssignment | None:
+        stream, topic = await self._resolve(req.stream, req.topic)
+        group = self._group(topic, req.group)
+        if (stream.id, topic.id, group.id) not in s.groups:
+            return None
+        desc = self.broker.describe_group(topic.broker_group(group))
+        for member, _seen, parts in desc.members:
+            if member == s.member:
+                return m.ConsumerGroupAssignment(desc.generation, tuple(parts))
+        return None
+
+
+def _check_name(name: str, status: Status) -> None:
+    if not name or len(name.encode()) > 255:
+        raise IggyError(status, "names are 1..255 bytes")
+
+
+def _mint() -> int:
+    from bayou.protocols.iggy.stored import mint_uuid4
+    return mint_uuid4()
+
+
+def _meminfo() -> dict[str, int]:
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            k, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts:
+                out[k] = int(parts[0]) * 1024
+    return out
+
+
+def _rss() -> int:
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return 0
+
+
+def _proc_io() -> dict[str, int]:
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError), open("/proc/self/io") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            with contextlib.suppress(ValueError):
+                out[k.strip()] = int(v)
+    return out
+
+
+def iggy_handler(service: IggyService) -> Callable[[Connection, Listener], Awaitable[None]]:
+    async def serve(conn: Connection, listener: Listener) -> None:
+        await service.start()
+        s = service.open_session(conn)
+        try:
+            await _serve(service, s, conn, listener)
+        finally:
+            await service.close_session(s)
+
+    return serve
+
+
+async def _serve(service: IggyService, s: Session, conn: Connection, listener: Listener) -> None:
+    first = b""
+    framing: Dialect | None = None
+    while framing is None:
+        data = await conn.reader.read(listener.limits.read_size)
+        if not data:
+            return
+        first += data
+        try:
+            framing = detect_dialect(first)
+        except IggyError:
+            return  # neither framing (D.2 step 3): close
+    s.framing = framing
+    if framing is Dialect.VSR:
+        s.dialect = Dialect.VSR
+    reader: LegacyFrameReader | VsrFrameReader = (
+        VsrFrameReader() if framing is Dialect.VSR else LegacyFrameReader())
+    data = first
+    while True:
+        try:
+            frames: list[Any] = reader.feed(data)
+        except IggyError as exc:
+            if framing is not Dialect.VSR:
+                conn.writer.write(encode_legacy_error(exc.status))
+                await conn.writer.drain()
+            return
+        for frame in frames:
+            conn.busy += 1
+            try:
+                if isinstance(frame, VsrFrame):
+                    reply = await service.handle_vsr(s, frame)
+                else:
+                    reply = await service.handle_legacy(s, frame)
+            finally:
+                conn.busy -= 1
+            conn.writer.write(reply)
+            await conn.writer.drain()
+            if s.close_after_reply:
+                return
+        if listener.draining:
+            return
+        data = await conn.reader.read(listener.limits.read_size)
+        if not data:
+            return
+
+
+__all__ = ["IggyService", "Session", "iggy_handler"]

@@ -1,0 +1,494 @@
+"""Iggy users and personal access tokens, kept durably in ``<data>/iggy/users.json``.
+
+The Iggy server front end asks this store who a client is (LOGIN_USER, LOGIN_REGISTER, logins by
+token) and what it may do (``allowed``), and runs the user and token administration commands on it.
+Everything is synchronous; the calls that hash (``authenticate``, ``create_user``,
+``change_password``) take tens of milliseconds by design, so the server runs them in an executor.
+Reads (``get``, ``users``, ``tokens``, ``allowed``) never block: records are immutable and replaced
+whole, and only writers take the lock.
+
+Secrets never reach the disk in the clear: passwords are Argon2id hashes (argon2-cffi, t=2,
+m=19 MiB, p=1), personal access tokens are stored as their SHA-256 hex digest (as Iggy does) and
+handed out once, on creation. Each change is written temp + fsync + rename (STYLE habit 9).
+
+Iggy's rules, from its server source (``shard/system/users.rs``, ``personal_access_tokens.rs``):
+the root user has id 0 and every permission, cannot be deleted (48) and its permissions cannot be
+changed (49); new users take the lowest free id; usernames are 3..50 bytes, passwords 3..100 bytes
+(iggy.md E.9), token names 3..30 bytes; a token is unique by name per user. Unlike Iggy, a login
+checks the password before it reports an inactive user, so the inactive status of an account is
+not told to someone who does not know its password.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+from bayou.protocols.iggy import messages as m
+from bayou.storage.fsutil import atomic_write
+
+ROOT_ID = 0
+USERNAME_LENGTH = (3, 50)
+PASSWORD_LENGTH = (3, 100)
+TOKEN_NAME_LENGTH = (3, 30)
+MAX_TOKENS_PER_USER = 100  # Iggy's default ``personal_access_token.max_tokens_per_user``
+_U64_MAX = (1 << 64) - 1
+_FORMAT = 1
+
+AuthReason = Literal["invalid_credentials", "inactive", "invalid_token"]
+Action = Literal["manage_servers", "read_servers", "manage_users", "read_users", "manage_streams",
+                 "read_streams", "manage_topics", "read_topics", "poll", "send"]
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+class UserStoreError(Exception):
+    """Base of the store's refusals; ``iggy_status`` is the Iggy error code to answer with."""
+
+    iggy_status: int = 1
+
+
+class AuthFailure(UserStoreError):
+    """A login that did not succeed: ``reason`` picks the code (42 InvalidCredentials, 47
+    UserInactive, 53 InvalidPersonalAccessToken; V evicts with reasons 9, 11 and 10)."""
+
+    _STATUS: dict[str, int] = {"invalid_credentials": 42, "inactive": 47, "invalid_token": 53}
+
+    def __init__(self, reason: AuthReason) -> None:
+        super().__init__(reason)
+        self.reason: AuthReason = reason
+        self.iggy_status = self._STATUS[reason]
+
+
+class UserNotFound(UserStoreError):
+    iggy_status = 20  # ResourceNotFound: what Iggy answers for an unknown user id or name
+
+
+class InvalidUsername(UserStoreError):
+    iggy_status = 43
+
+
+class InvalidPassword(UserStoreError):
+    iggy_status = 44
+
+
+class UserAlreadyExists(UserStoreError):
+    iggy_status = 46
+
+
+class CannotDeleteRoot(UserStoreError):
+    iggy_status = 48  # CannotDeleteUser
+
+
+class CannotChangeRootPermissions(UserStoreError):
+    iggy_status = 49  # CannotChangePermissions
+
+
+class InvalidTokenName(UserStoreError):
+    iggy_status = 50  # InvalidPersonalAccessTokenName
+
+
+class TokenAlreadyExists(UserStoreError):
+    iggy_status = 51  # PersonalAccessTokenAlreadyExists
+
+
+class TokenLimitReached(UserStoreError):
+    iggy_status = 52  # PersonalAccessTokensLimitReached
+
+
+class TokenNotFound(UserStoreError):
+    iggy_status = 20  # ResourceNotFound, as Iggy's delete_personal_access_token answers
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """What the rest of the server sees of a user: never the password hash."""
+
+    id: int
+    username: str
+    created_at: int  # microseconds since the epoch
+    active: bool
+    permissions: m.Permissions | None
+
+    @property
+    def is_root(self) -> bool:
+        return self.id == ROOT_ID
+
+    @property
+    def status(self) -> m.UserStatus:
+        return m.UserStatus.ACTIVE if self.active else m.UserStatus.INACTIVE
+
+    def info(self) -> m.UserInfo:
+        """The GET_USERS record."""
+        return m.UserInfo(self.id, self.created_at, self.status, self.username)
+
+    def details(self) -> m.UserDetails:
+        """The GET_USER / CREATE_USER reply."""
+        return m.UserDetails(self.info(), self.permissions)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    name: str
+    expiry_at_us: int | None  # None = never expires
+
+    def info(self) -> m.PersonalAccessTokenInfo:
+        """The GET_PERSONAL_ACCESS_TOKENS entry."""
+        return m.PersonalAccessTokenInfo(self.name, self.expiry_at_us)
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    name: str
+    token_hash: str  # SHA-256 hex of the token
+    expiry_at_us: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    user: User
+    password_hash: str
+    tokens: tuple[_Token, ...] = field(default=())
+
+
+# -- the store ----------------------------------------------------------------------------------
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class UserStore:
+    def __init__(self, path: Path, root_username: str = "iggy", root_password: str = "iggy", *,
+                 clock: Callable[[], int] = _now_us, max_tokens_per_user: int = MAX_TOKENS_PER_USER
+                 ) -> None:
+        self.path = path
+        self.root_username = root_username
+        self.root_password = root_password
+        self.clock = clock
+        self.max_tokens_per_user = max_tokens_per_user
+        self._hasher = PasswordHasher(time_cost=2, memory_cost=19456, parallelism=1)
+        self._records: dict[int, _Record] = {}
+        self._by_token: dict[str, tuple[int, str]] = {}  # token hash -> (user id, token name)
+        self._lock = threading.RLock()
+        self._dummy_hash: str | None = None
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the file; on first start (no file) create the root user, id 0, active, with every
+        permission, and save. A file that cannot be read as a users file raises ValueError rather
+        than being replaced (which would reset the root password)."""
+        with self._lock:
+            if not self.path.exists():
+                _check_username(self.root_username)
+                _check_password(self.root_password)
+                root = User(ROOT_ID, self.root_username, self.clock(), True, m.Permissions.root())
+                self._set({ROOT_ID: _Record(root, self._hasher.hash(self.root_password))})
+                self._save()
+                return
+            try:
+                raw = json.loads(self.path.read_bytes())
+                records = {r.user.id: r for r in (_record_from_json(u) for u in raw["users"])}
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{self.path}: not a readable users file ({exc})") from exc
+            self._set(records)
+
+    def _set(self, records: dict[int, _Record]) -> None:
+        self._records = records
+        self._by_token = {t.token_hash: (r.user.id, t.name) for r in records.values() for t in r.tokens}
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = {"format": _FORMAT, "users": [_record_json(r) for r in sorted(
+            self._records.values(), key=lambda r: r.user.id)]}
+        atomic_write(self.path, json.dumps(body, indent=1).encode())
+        os.chmod(self.path, 0o600)  # hashes only, but still nobody else's business
+
+    def _replace(self, record: _Record | None, user_id: int) -> None:
+        records = dict(self._records)
+        if record is None:
+            del records[user_id]
+        else:
+            records[user_id] = record
+        self._set(records)
+        self._save()
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def _record(self, ident: int | str) -> _Record | None:
+        if isinstance(ident, int):
+            return self._records.get(ident)
+        return next((r for r in self._records.values() if r.user.username == ident), None)
+
+    def _require(self, ident: int | str) -> _Record:
+        record = self._record(ident)
+        if record is None:
+            raise UserNotFound(f"user {ident!r} not found")
+        return record
+
+    def get(self, ident: int | str) -> User | None:
+        """By numeric id or by username (an Iggy Identifier's value)."""
+        record = self._record(ident)
+        return None if record is None else record.user
+
+    def users(self) -> list[User]:
+        return sorted((r.user for r in self._records.values()), key=lambda u: u.id)
+
+    # -- authentication ------------------------------------------------------------------------
+
+    def _verify(self, password_hash: str, password: str) -> bool:
+        try:
+            return self._hasher.verify(password_hash, password)
+        except (VerificationError, InvalidHashError):
+            return False
+
+    def authenticate(self, username: str, password: str) -> User:
+        """The user whose credentials these are. An unknown user costs one hash too, so timing
+        does not tell which usernames exist."""
+        record = self._record(username)
+        if record is None:
+            if self._dummy_hash is None:
+                self._dummy_hash = self._hasher.hash(secrets.token_hex(16))
+            self._verify(self._dummy_hash, password)
+            raise AuthFailure("invalid_credentials")
+        if not self._verify(record.password_hash, password):
+            raise AuthFailure("invalid_credentials")
+        if not record.user.active:
+            raise AuthFailure("inactive")
+        return record.user
+
+    def authenticate_token(self, token: str) -> User:
+        """The owner of a personal access token; an unknown or expired token is "invalid_token"."""
+        user_id, name = self._by_token.get(hash_token(token), (-1, ""))
+        record = self._records.get(user_id)
+        pat = None if record is None else next((t for t in record.tokens if t.name == name), None)
+        if record is None or pat is None or _expired(pat, self.clock()):
+            raise AuthFailure("invalid_token")
+        if not record.user.active:
+            raise AuthFailure("inactive")
+        return record.user
+
+    # -- user administration -------------------------------------------------------------------
+
+    def create_user(self, username: str, password: str, *, active: bool = True,
+                    permissions: m.Permissions | None = None) -> User:
+        _check_username(username)
+        _check_password(password)
+        if self._record(username) is not None:
+            raise UserAlreadyExists(f"user {username!r} already exists")
+        password_hash = self._hasher.hash(password)
+        with self._lock:
+            if self._record(username) is not None:  # created while we hashed
+                raise UserAlreadyExists(f"user {username!r} already exists")
+            user = User(_lowest_free(self._records), username, self.clock(), active, permissions)
+            self._replace(_Record(user, password_hash), user.id)
+            return user
+
+    def update_user(self, ident: int | str, *, username: str | None = None,
+                    active: bool | None = None) -> User:
+        if username is not None:
+            _check_username(username)
+        with self._lock:
+            record = self._require(ident)
+            if username is not None:
+                other = self._record(username)
+                if other is not None and other.user.id != record.user.id:
+                    raise UserAlreadyExists(f"user {username!r} already exists")
+            user = dataclasses.replace(
+                record.user, username=record.user.username if username is None else username,
+                active=record.user.active if active is None else active)
+            self._replace(dataclasses.replace(record, user=user), user.id)
+            return user
+
+    def update_permissions(self, ident: int | str, permissions: m.Permissions | None) -> User:
+        """A full replacement (None removes every permission). Root's cannot change."""
+        with self._lock:
+            record = self._require(ident)
+            if record.user.is_root:
+                raise CannotChangeRootPermissions("the root user's permissions cannot change")
+            user = dataclasses.replace(record.user, permissions=permissions)
+            self._replace(dataclasses.replace(record, user=user), user.id)
+            return user
+
+    def change_password(self, ident: int | str, current: str, new: str) -> None:
+        _check_password(new)
+        record = self._require(ident)
+        if not self._verify(record.password_hash, current):
+            raise AuthFailure("invalid_credentials")
+        new_hash = self._hasher.hash(new)
+        with self._lock:
+            latest = self._require(record.user.id)
+            if latest.password_hash != record.password_hash:  # changed while we hashed
+                raise AuthFailure("invalid_credentials")
+            self._replace(dataclasses.replace(latest, password_hash=new_hash), latest.user.id)
+
+    def delete_user(self, ident: int | str) -> None:
+        """Deletes the user and its tokens; root cannot be deleted."""
+        with self._lock:
+            record = self._require(ident)
+            if record.user.is_root:
+                raise CannotDeleteRoot("the root user cannot be deleted")
+            self._replace(None, record.user.id)
+
+    # -- personal access tokens ----------------------------------------------------------------
+
+    def create_token(self, user_id: int, name: str, expiry_us: int | None) -> str:
+        """A new token for ``user_id``, valid for ``expiry_us`` microseconds (None or 0: forever;
+        so is anything past u64, Iggy's "never expire"). The token is returned here and only here;
+        the store keeps its SHA-256 digest."""
+        if not TOKEN_NAME_LENGTH[0] <= len(name.encode()) <= TOKEN_NAME_LENGTH[1]:
+            raise InvalidTokenName("token names are 3..30 bytes")
+        if expiry_us is not None and expiry_us < 0:
+            raise ValueError("a token's expiry cannot be negative")
+        now = self.clock()
+        expiry_at = now + expiry_us if expiry_us and now + expiry_us < _U64_MAX else None
+        with self._lock:
+            record = self._require(user_id)
+            if any(t.name == name for t in record.tokens):
+                raise TokenAlreadyExists(f"token {name!r} already exists")
+            if len(record.tokens) >= self.max_tokens_per_user:
+                raise TokenLimitReached(f"at most {self.max_tokens_per_user} tokens per user")
+            token = secrets.token_urlsafe(32)
+            pat = _Token(name, hash_token(token), expiry_at)
+            self._replace(dataclasses.replace(record, tokens=(*record.tokens, pat)), user_id)
+            return token
+
+    def delete_token(self, user_id: int, name: str) -> None:
+        with self._lock:
+            record = self._require(user_id)
+            kept = tuple(t for t in record.tokens if t.name != name)
+            if len(kept) == len(record.tokens):
+                raise TokenNotFound(f"token {name!r} not found")
+            self._replace(dataclasses.replace(record, tokens=kept), user_id)
+
+    def tokens(self, user_id: int) -> list[TokenInfo]:
+        """Sorted by name, as the Iggy client sorts them; expired ones are listed too."""
+        return sorted((TokenInfo(t.name, t.expiry_at_us) for t in self._require(user_id).tokens),
+                      key=lambda t: t.name)
+
+
+# -- permissions --------------------------------------------------------------------------------
+
+# action -> (global flags, stream flags, topic flags): any one set flag grants it. Stream flags count
+# only when the caller names the stream, topic flags only when it names stream and topic. The
+# chains are the ones Iggy documents on its permission types (``permissions.rs``): manage implies
+# read, manage_streams implies manage_topics, read_streams and manage_topics imply read_topics,
+# read_topics implies poll. Sending follows Iggy's ``append_messages`` rule: only send_messages
+# grants it globally; manage_stream, manage_topics and manage_topic also grant it below.
+_RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "manage_servers": (("manage_servers",), (), ()),
+    "read_servers": (("manage_servers", "read_servers"), (), ()),
+    "manage_users": (("manage_users",), (), ()),
+    "read_users": (("manage_users", "read_users"), (), ()),
+    "manage_streams": (("manage_streams",), ("manage_stream",), ()),
+    "read_streams": (("manage_streams", "read_streams"), ("manage_stream", "read_stream"), ()),
+    "manage_topics": (("manage_streams", "manage_topics"), ("manage_stream", "manage_topics"),
+                      ("manage_topic",)),
+    "read_topics": (("manage_streams", "read_streams", "manage_topics", "read_topics"),
+                    ("manage_stream", "read_stream", "manage_topics", "read_topics"),
+                    ("manage_topic", "read_topic")),
+    "poll": (("manage_streams", "read_streams", "manage_topics", "read_topics", "poll_messages"),
+             ("manage_stream", "read_stream", "manage_topics", "read_topics", "poll_messages"),
+             ("manage_topic", "read_topic", "poll_messages")),
+    "send": (("send_messages",), ("manage_stream", "manage_topics", "send_messages"),
+             ("manage_topic", "send_messages")),
+}
+
+
+def allowed(user: User, action: Action, stream_id: int | None = None, topic_id: int | None = None) -> bool:
+    """Whether ``user`` may do ``action`` (on ``stream_id`` / ``topic_id`` when given).
+
+    Which action guards which command, as Iggy's permissioner does: stats and clients need
+    read_servers; get user(s) read_users; user and password changes manage_users (changing one's
+    own password needs nothing); create stream manage_streams with no stream; update, delete and
+    purge stream manage_streams with the stream; get stream(s) read_streams; create topic
+    manage_topics with the stream; update, delete, purge topic, partitions and segments
+    manage_topics with stream and topic; get topic(s) and every consumer-group command read_topics;
+    poll and consumer offsets poll; send send. Root may do everything; activity is checked at
+    login, not here."""
+    if user.is_root:
+        return True
+    p = user.permissions
+    if p is None:
+        return False
+    global_flags, stream_flags, topic_flags = _RULES[action]
+    if any(getattr(p.global_permissions, f) for f in global_flags):
+        return True
+    stream = None if stream_id is None else p.stream(stream_id)
+    if stream is None:
+        return False
+    if any(getattr(stream, f) for f in stream_flags):
+        return True
+    topic = None if topic_id is None else stream.topic(topic_id)
+    return topic is not None and any(getattr(topic, f) for f in topic_flags)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _check_username(username: str) -> None:
+    if not USERNAME_LENGTH[0] <= len(username.encode()) <= USERNAME_LENGTH[1]:
+        raise InvalidUsername("usernames are 3..50 bytes")
+
+
+def _check_password(password: str) -> None:
+    if not PASSWORD_LENGTH[0] <= len(password.encode()) <= PASSWORD_LENGTH[1]:
+        raise InvalidPassword("passwords are 3..100 bytes")
+
+
+def _lowest_free(taken: dict[int, Any]) -> int:
+    n = 0
+    while n in taken:
+        n += 1
+    return n
+
+
+def _expired(token: _Token, now_us: int) -> bool:
+    return token.expiry_at_us is not None and token.expiry_at_us <= now_us
+
+
+def _record_json(r: _Record) -> dict[str, Any]:
+    u = r.user
+    return {"id": u.id, "username": u.username, "created_at": u.created_at, "active": u.active,
+            "password_hash": r.password_hash,
+            "permissions": None if u.permissions is None else dataclasses.asdict(u.permissions),
+            "tokens": [{"name": t.name, "token_hash": t.token_hash, "expiry_at": t.expiry_at_us}
+                       for t in r.tokens]}
+
+
+def _record_from_json(d: dict[str, Any]) -> _Record:
+    user = User(int(d["id"]), str(d["username"]), int(d["created_at"]), bool(d["active"]),
+                _permissions_from_json(d["permissions"]))
+    tokens = tuple(_Token(str(t["name"]), str(t["token_hash"]),
+                          None if t["expiry_at"] is None else int(t["expiry_at"])) for t in d["tokens"])
+    return _Record(user, str(d["password_hash"]), tokens)
+
+
+def _permissions_from_json(d: dict[str, Any] | None) -> m.Permissions | None:
+    if d is None:
+        return None
+    streams = tuple(
+        m.StreamPermissions(**{**s, "topics": tuple(m.TopicPermissions(**t) for t in s["topics"])})
+        for s in d["streams"])
+    return m.Permissions(m.GlobalPermissions(**d["global_permissions"]), streams)

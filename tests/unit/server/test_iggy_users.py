@@ -1,0 +1,340 @@
+"""The Iggy user and token store: first start, persistence without plain secrets, logins, the
+administration rules Iggy's server applies, and the permission checks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bayou.protocols.iggy import messages as m
+from bayou.server.iggy_users import (
+    Action,
+    AuthFailure,
+    CannotChangeRootPermissions,
+    CannotDeleteRoot,
+    InvalidPassword,
+    InvalidTokenName,
+    InvalidUsername,
+    TokenAlreadyExists,
+    TokenLimitReached,
+    TokenNotFound,
+    User,
+    UserAlreadyExists,
+    UserNotFound,
+    UserStore,
+    UserStoreError,
+    allowed,
+)
+
+ROOT_PASSWORD = "root-s3cret-pw"
+
+
+class Clock:
+    def __init__(self, now: int = 1_700_000_000_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "iggy" / "users.json"
+
+
+@pytest.fixture
+def store(path: Path, clock: Clock) -> UserStore:
+    s = UserStore(path, "iggy", ROOT_PASSWORD, clock=clock, max_tokens_per_user=3)
+    s.load()
+    return s
+
+
+def _reloaded(path: Path, clock: Clock) -> UserStore:
+    s = UserStore(path, "iggy", "another-default", clock=clock)
+    s.load()
+    return s
+
+
+def _auth_reason(fn: Callable[..., object], *args: str) -> tuple[str, int]:
+    with pytest.raises(AuthFailure) as err:
+        fn(*args)
+    return err.value.reason, err.value.iggy_status
+
+
+# -- first start and persistence ----------------------------------------------------------------
+
+
+def test_first_load_creates_root_with_a_hashed_password(store: UserStore, path: Path, clock: Clock) -> None:
+    root = store.get(0)
+    assert root == User(0, "iggy", clock.now, True, m.Permissions.root())
+    assert store.get("iggy") == root and root.is_root and store.users() == [root]
+    text = path.read_text()
+    assert ROOT_PASSWORD not in text
+    (saved,) = json.loads(text)["users"]
+    assert saved["password_hash"].startswith("$argon2id$v=19$m=19456,t=2,p=1$")
+    assert store.authenticate("iggy", ROOT_PASSWORD) == root
+
+
+def test_reload_reads_the_file_instead_of_recreating_root(store: UserStore, path: Path,
+                                                          clock: Clock) -> None:
+    perms = m.Permissions(m.GlobalPermissions(read_users=True), (
+        m.StreamPermissions(3, poll_messages=True, topics=(m.TopicPermissions(1, send_messages=True),)),))
+    alice = store.create_user("alice", "alice-pw", permissions=perms)
+    store.create_user("bob", "bob-pw", active=False)
+    again = _reloaded(path, clock)
+    assert again.users() == store.users()
+    assert again.get("alice") == alice and alice.permissions == perms
+    assert again.authenticate("iggy", ROOT_PASSWORD).id == 0  # not the new default password
+    _auth_reason(again.authenticate, "iggy", "another-default")
+
+
+def test_an_unreadable_file_is_an_error_not_a_reset(path: Path, clock: Clock) -> None:
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    with pytest.raises(ValueError):
+        UserStore(path, clock=clock).load()
+    assert path.read_text() == "{not json"
+
+
+def test_root_credentials_are_validated(path: Path) -> None:
+    with pytest.raises(InvalidPassword):
+        UserStore(path, "iggy", "pw").load()
+    with pytest.raises(InvalidUsername):
+        UserStore(path, "ig", "iggy").load()
+    assert not path.exists()
+
+
+def test_default_root_is_iggy_iggy(path: Path) -> None:
+    s = UserStore(path)
+    s.load()
+    assert s.authenticate("iggy", "iggy").id == 0
+
+
+# -- logins -------------------------------------------------------------------------------------
+
+
+def test_authenticate(store: UserStore) -> None:
+    bob = store.create_user("bob", "bob-pw")
+    assert store.authenticate("bob", "bob-pw") == bob
+    assert _auth_reason(store.authenticate, "bob", "wrong") == ("invalid_credentials", 42)
+    assert _auth_reason(store.authenticate, "nobody", "bob-pw") == ("invalid_credentials", 42)
+    store.update_user("bob", active=False)
+    assert _auth_reason(store.authenticate, "bob", "bob-pw") == ("inactive", 47)
+    # the inactive status is told only to someone who knows the password
+    assert _auth_reason(store.authenticate, "bob", "wrong") == ("invalid_credentials", 42)
+
+
+# -- user administration ------------------------------------------------------------------------
+
+
+def test_ids_are_the_lowest_free_and_usernames_unique(store: UserStore) -> None:
+    assert [store.create_user(n, "password").id for n in ("aaa", "bbb", "ccc")] == [1, 2, 3]
+    store.delete_user("bbb")
+    assert store.create_user("ddd", "password").id == 2
+    with pytest.raises(UserAlreadyExists) as err:
+        store.create_user("aaa", "password")
+    assert err.value.iggy_status == 46
+
+
+@pytest.mark.parametrize(("username", "password", "error", "status"), [
+    ("ab", "password", InvalidUsername, 43),
+    ("a" * 51, "password", InvalidUsername, 43),
+    ("é" * 26, "password", InvalidUsername, 43),  # 52 bytes: the limits count bytes, as Iggy does
+    ("alice", "pw", InvalidPassword, 44),
+    ("alice", "p" * 101, InvalidPassword, 44),
+])
+def test_limits_of_e9(store: UserStore, username: str, password: str, error: type[UserStoreError],
+                      status: int) -> None:
+    with pytest.raises(error) as err:
+        store.create_user(username, password)
+    assert err.value.iggy_status == status
+    assert store.get(username) is None
+
+
+def test_update_user(store: UserStore) -> None:
+    alice = store.create_user("alice", "alice-pw")
+    store.create_user("bob", "bob-pw")
+    renamed = store.update_user(alice.id, username="alicia")
+    assert renamed.username == "alicia" and store.get("alice") is None and store.get("alicia") == renamed
+    assert store.update_user("alicia", username="alicia").username == "alicia"  # its own name is fine
+    with pytest.raises(UserAlreadyExists):
+        store.update_user("alicia", username="bob")
+    with pytest.raises(InvalidUsername):
+        store.update_user("alicia", username="al")
+    assert store.update_user(alice.id, active=False).active is False
+    with pytest.raises(UserNotFound) as err:
+        store.update_user("nobody", active=True)
+    assert err.value.iggy_status == 20
+
+
+def test_update_permissions(store: UserStore, path: Path, clock: Clock) -> None:
+    alice = store.create_user("alice", "alice-pw")
+    perms = m.Permissions(m.GlobalPermissions(poll_messages=True))
+    assert store.update_permissions("alice", perms).permissions == perms
+    reloaded = _reloaded(path, clock).get(alice.id)
+    assert reloaded is not None and reloaded.permissions == perms
+    assert store.update_permissions(alice.id, None).permissions is None
+    with pytest.raises(CannotChangeRootPermissions) as err:
+        store.update_permissions(0, None)
+    assert err.value.iggy_status == 49
+    with pytest.raises(UserNotFound):
+        store.update_permissions(42, perms)
+
+
+def test_change_password(store: UserStore, path: Path, clock: Clock) -> None:
+    store.create_user("alice", "alice-pw")
+    refused = _auth_reason(store.change_password, "alice", "wrong", "new-password")
+    assert refused == ("invalid_credentials", 42)
+    with pytest.raises(InvalidPassword):
+        store.change_password("alice", "alice-pw", "pw")
+    store.change_password("alice", "alice-pw", "new-password")
+    again = _reloaded(path, clock)
+    assert again.authenticate("alice", "new-password").username == "alice"
+    _auth_reason(again.authenticate, "alice", "alice-pw")
+    assert "new-password" not in path.read_text()
+
+
+def test_delete_user(store: UserStore) -> None:
+    alice = store.create_user("alice", "alice-pw")
+    token = store.create_token(alice.id, "ci-token", None)
+    store.delete_user("alice")
+    assert store.get(alice.id) is None
+    assert _auth_reason(store.authenticate_token, token) == ("invalid_token", 53)
+    with pytest.raises(CannotDeleteRoot) as err:
+        store.delete_user(0)
+    assert err.value.iggy_status == 48
+    with pytest.raises(CannotDeleteRoot):
+        store.delete_user("iggy")
+    with pytest.raises(UserNotFound):
+        store.delete_user("alice")
+
+
+# -- personal access tokens ---------------------------------------------------------------------
+
+
+def test_tokens_are_returned_once_and_stored_as_sha256(store: UserStore, path: Path, clock: Clock) -> None:
+    alice = store.create_user("alice", "alice-pw")
+    token = store.create_token(alice.id, "ci-token", None)
+    assert 32 <= len(token) <= 255  # it travels as name8
+    assert store.authenticate_token(token) == alice
+    text = path.read_text()
+    assert token not in text and hashlib.sha256(token.encode()).hexdigest() in text
+    assert _reloaded(path, clock).authenticate_token(token) == alice
+    assert _auth_reason(store.authenticate_token, token + "x") == ("invalid_token", 53)
+    assert store.create_token(alice.id, "other", None) != token
+
+
+def test_token_expiry(store: UserStore, clock: Clock) -> None:
+    token = store.create_token(0, "short", 1_000_000)
+    forever = store.create_token(0, "forever", 0)
+    huge = store.create_token(0, "huge", (1 << 64) - 1)  # Iggy's "never expire"
+    assert store.tokens(0) == sorted(store.tokens(0), key=lambda t: t.name)
+    assert {t.name: t.expiry_at_us for t in store.tokens(0)} == {
+        "short": clock.now + 1_000_000, "forever": None, "huge": None}
+    assert store.tokens(0)[0].info() == m.PersonalAccessTokenInfo("forever", None)
+    clock.now += 999_999
+    assert store.authenticate_token(token).id == 0
+    clock.now += 1
+    assert _auth_reason(store.authenticate_token, token) == ("invalid_token", 53)
+    assert store.authenticate_token(forever).id == 0 and store.authenticate_token(huge).id == 0
+    assert [t.name for t in store.tokens(0)] == ["forever", "huge", "short"]  # expired ones listed
+
+
+def test_token_rules(store: UserStore) -> None:
+    alice = store.create_user("alice", "alice-pw")
+    token = store.create_token(alice.id, "abc", None)
+    with pytest.raises(TokenAlreadyExists) as exists:
+        store.create_token(alice.id, "abc", None)
+    assert exists.value.iggy_status == 51
+    assert store.create_token(0, "abc", None)  # names are unique per user
+    for bad in ("ab", "x" * 31):
+        with pytest.raises(InvalidTokenName) as name:
+            store.create_token(alice.id, bad, None)
+        assert name.value.iggy_status == 50
+    store.create_token(alice.id, "def", None)
+    store.create_token(alice.id, "ghi", None)
+    with pytest.raises(TokenLimitReached) as limit:
+        store.create_token(alice.id, "jkl", None)
+    assert limit.value.iggy_status == 52
+    with pytest.raises(UserNotFound):
+        store.create_token(99, "abc", None)
+    store.update_user(alice.id, active=False)
+    assert _auth_reason(store.authenticate_token, token) == ("inactive", 47)
+    store.delete_token(alice.id, "abc")
+    assert [t.name for t in store.tokens(alice.id)] == ["def", "ghi"]
+    assert _auth_reason(store.authenticate_token, token) == ("invalid_token", 53)
+    with pytest.raises(TokenNotFound) as missing:
+        store.delete_token(alice.id, "abc")
+    assert missing.value.iggy_status == 20
+
+
+# -- permissions --------------------------------------------------------------------------------
+
+
+def _user(permissions: m.Permissions | None, user_id: int = 5) -> User:
+    return User(user_id, "someone", 0, True, permissions)
+
+
+def _global(**flags: bool) -> User:
+    return _user(m.Permissions(m.GlobalPermissions(**flags)))
+
+
+def test_root_and_no_permissions() -> None:
+    root = _user(None, 0)
+    assert all(allowed(root, a, 1, 2) for a in ("manage_servers", "manage_users", "send", "poll"))
+    nobody = _user(None)
+    assert not any(allowed(nobody, a, 1, 2) for a in ("read_servers", "read_users", "read_streams", "poll"))
+    assert not allowed(_user(m.Permissions()), "read_streams")
+
+
+def test_global_permissions_and_their_implications() -> None:
+    assert allowed(_global(manage_servers=True), "read_servers")
+    assert not allowed(_global(read_servers=True), "manage_servers")
+    assert allowed(_global(manage_users=True), "read_users")
+    assert not allowed(_global(read_users=True), "manage_users")
+    manage_streams = _global(manage_streams=True)
+    actions: tuple[Action, ...] = ("manage_streams", "read_streams", "manage_topics", "read_topics", "poll")
+    for action in actions:
+        assert allowed(manage_streams, action, 7, 1) and allowed(manage_streams, action)
+    assert not allowed(manage_streams, "send", 7, 1)  # Iggy: only send_messages grants it globally
+    read_streams = _global(read_streams=True)
+    assert allowed(read_streams, "read_topics", 7) and allowed(read_streams, "poll", 7, 1)
+    assert not allowed(read_streams, "manage_topics", 7)
+    assert allowed(_global(read_topics=True), "poll", 3, 3)
+    assert not allowed(_global(read_topics=True), "read_streams", 3)
+    assert allowed(_global(poll_messages=True), "poll", 9, 9)
+    assert not allowed(_global(poll_messages=True), "read_topics", 9, 9)
+    assert allowed(_global(send_messages=True), "send", 9, 9)
+    assert not allowed(_global(send_messages=True), "poll", 9, 9)
+
+
+def test_stream_and_topic_permissions() -> None:
+    user = _user(m.Permissions(streams=(
+        m.StreamPermissions(1, manage_stream=True),
+        m.StreamPermissions(2, read_stream=True),
+        m.StreamPermissions(3, send_messages=True, topics=(
+            m.TopicPermissions(10, read_topic=True), m.TopicPermissions(11, manage_topic=True))),
+    )))
+    assert allowed(user, "manage_streams", 1) and allowed(user, "manage_topics", 1, 5)
+    assert allowed(user, "send", 1, 5) and allowed(user, "poll", 1, 5)
+    assert not allowed(user, "manage_streams") and not allowed(user, "read_streams")  # no stream named
+    assert not allowed(user, "manage_streams", 2)
+    assert allowed(user, "read_streams", 2) and allowed(user, "read_topics", 2, 4)
+    assert allowed(user, "poll", 2)
+    assert not allowed(user, "send", 2, 4) and not allowed(user, "manage_topics", 2, 4)
+    assert allowed(user, "send", 3, 99) and not allowed(user, "poll", 3, 99)
+    assert allowed(user, "poll", 3, 10) and allowed(user, "read_topics", 3, 10)
+    assert not allowed(user, "manage_topics", 3, 10) and not allowed(user, "read_topics", 3)
+    assert allowed(user, "manage_topics", 3, 11) and allowed(user, "poll", 3, 11)
+    assert not allowed(user, "read_streams", 3)
+    assert not any(allowed(user, a, 4, 10) for a in ("read_streams", "read_topics", "poll", "send"))
+    assert not allowed(user, "read_servers") and not allowed(user, "read_users")
