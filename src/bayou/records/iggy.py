@@ -13,7 +13,9 @@ batch; ``checksum`` is XXH3-64 of the frame from byte 8 to its end. The batch he
 uses for idempotent producers carry Iggy's two batch timestamps instead:
 
 - ``base_timestamp``/``max_timestamp`` (ms) = the server append time, so the time index and
-  timestamp lookups see it; ``base_sequence`` = the sub-millisecond part (0..999 microseconds);
+  timestamp lookups see it; ``base_sequence`` bits 0-9 = the sub-millisecond part (0..999
+  microseconds), bits 10-30 = the frame size when every frame of the batch has the same size
+  (0 otherwise), so a reader finds frame boundaries without walking the frames;
 - ``producer_id`` = the batch origin timestamp in microseconds (the producer's clock); a frame's
   origin time is that plus its ``timestamp_delta``.
 
@@ -47,19 +49,34 @@ KIND_STRING = 2
 Buffer = bytes | bytearray | memoryview
 
 
-def split_append_time(append_us: int) -> tuple[int, int]:
-    """(base_timestamp ms, base_sequence) for a batch appended at ``append_us``."""
-    return append_us // 1000, append_us % 1000
+MAX_STRIDE = (1 << 21) - 1
+
+
+def split_append_time(append_us: int, stride: int = 0) -> tuple[int, int]:
+    """(base_timestamp ms, base_sequence) for a batch appended at ``append_us`` whose frames are
+    all ``stride`` bytes long (0: sizes vary, or too large to record)."""
+    if not 0 < stride <= MAX_STRIDE:
+        stride = 0
+    return append_us // 1000, append_us % 1000 | stride << 10
 
 
 def append_time_us(base_timestamp: int, base_sequence: int) -> int:
     """The append time of a ``FORMAT_IGGY`` batch, from its header fields."""
-    return base_timestamp * 1000 + (base_sequence if 0 <= base_sequence < 1000 else 0)
+    sub = base_sequence & 0x3FF if base_sequence > 0 else 0
+    return base_timestamp * 1000 + (sub if sub < 1000 else 0)
 
 
-def frame_positions(data: Buffer, start: int, end: int, count: int) -> list[int]:
+def frame_stride(base_sequence: int) -> int:
+    """The common frame size recorded in a ``FORMAT_IGGY`` header, 0 when not recorded."""
+    return base_sequence >> 10 if base_sequence > 0 else 0
+
+
+def frame_positions(data: Buffer, start: int, end: int, count: int, stride: int = 0) -> list[int]:
     """The start of each of ``count`` frames in ``data[start:end]`` plus ``end``: ``count + 1``
-    positions. Raises ``CorruptRecord`` unless the frames tile the range exactly."""
+    positions. Raises ``CorruptRecord`` unless the frames tile the range exactly. A ``stride``
+    recorded at append time (``frame_stride``) that tiles the range is trusted."""
+    if stride >= FRAME_SIZE and stride * count == end - start:
+        return list(range(start, end + 1, stride))
     positions = [start]
     pos = start
     unpack = _LENGTHS.unpack_from

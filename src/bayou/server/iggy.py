@@ -67,7 +67,7 @@ from bayou.protocols.iggy.framing import (
 )
 from bayou.protocols.iggy.stored import frames_from_messages, legacy_messages, vsr_record, vsr_send_frames
 from bayou.records.batch import HEADER_SIZE, assemble_batch, decode_records, encode_batch, iter_batches
-from bayou.records.iggy import FORMAT_IGGY, append_time_us, frame_positions, split_append_time
+from bayou.records.iggy import FORMAT_IGGY, append_time_us, frame_positions, frame_stride, split_append_time
 from bayou.records.model import Record
 from bayou.server.base import Connection, Listener
 from bayou.server.iggy_catalog import Catalog, GroupEntry, StreamEntry, TopicEntry
@@ -803,10 +803,9 @@ class IggyService:
         return counter % n
 
     async def _append_frames(self, s: Session, stream: StreamEntry, topic: TopicEntry, partition: int,
-                             frames: bytes, count: int, origin_base: int) -> int:
+                             frames: bytes, count: int, origin_base: int, stride: int) -> int:
         self._permit(s, "send", stream.id, topic.id)
-        append = now_us()
-        ms, sub = split_append_time(append)
+        ms, sub = split_append_time(now_us(), stride)
         batch = assemble_batch(frames, record_count=count, base_offset=0,
                                attributes=FORMAT_IGGY << 8, base_timestamp=ms, max_timestamp=ms,
                                producer_id=origin_base, base_sequence=sub)
@@ -832,8 +831,8 @@ class IggyService:
             req = decode_vsr_send(body)
             base = await self._append_keyed(s, stream, topic, partition, req)
         else:
-            frames, origin = vsr_send_frames(body, pos, count)
-            base = await self._append_frames(s, stream, topic, partition, frames, count, origin)
+            frames, origin, stride = vsr_send_frames(body, pos, count)
+            base = await self._append_frames(s, stream, topic, partition, frames, count, origin, stride)
         confirmation = m.SendConfirmation(stream.id, topic.id, partition, base)
         return encode_reply(m.SendConfirmations((confirmation,)), Dialect.VSR)
 
@@ -847,8 +846,8 @@ class IggyService:
         if req.partitioning.kind == m.PartitioningKind.MESSAGES_KEY:
             await self._append_keyed(s, stream, topic, partition, req)
             return None
-        frames, origin = frames_from_messages(req.messages, now_us=now_us())
-        await self._append_frames(s, stream, topic, partition, frames, len(req.messages), origin)
+        frames, origin, stride = frames_from_messages(req.messages, now_us=now_us())
+        await self._append_frames(s, stream, topic, partition, frames, len(req.messages), origin, stride)
         return None
 
     async def _flush(self, s: Session, req: m.FlushUnsavedBuffer) -> None:
@@ -1011,7 +1010,8 @@ class IggyService:
                         offset = h.next_offset
                         continue
                     body = pos + HEADER_SIZE
-                    positions = frame_positions(data, body, pos + h.size, h.record_count)
+                    positions = frame_positions(data, body, pos + h.size, h.record_count,
+                                                frame_stride(h.base_sequence))
                     i0, i1 = lo - h.base_offset, hi - h.base_offset
                     if dialect is Dialect.VSR:
                         parts.append(vsr_record(out_pid, data, positions, i0, i1, base_offset=h.base_offset,

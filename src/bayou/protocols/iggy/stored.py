@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import numpy as np
 import xxhash
 
 from bayou.protocols.iggy.batches import (
@@ -60,11 +62,41 @@ def _frame(msg_id: int, offset_delta: int, ts_delta: int, payload: bytes | memor
     return _U64.pack(h.intdigest()) + tail + bytes(payload) + bytes(headers)
 
 
+def _frame_dtype(stride: int) -> np.dtype[Any]:
+    """The 48-byte frame header as a numpy record of ``stride`` bytes (payload and headers skipped)."""
+    return np.dtype({"names": ["ck", "lo", "hi", "od", "hl", "pl", "rsv"],
+                     "formats": ["<u8", "<u8", "<u8", "<u4", "<u4", "<u4", "<u8"],
+                     "offsets": [0, 8, 16, 24, 32, 36, 40], "itemsize": stride})
+
+
+def _uniform_frames(payload: bytes, start: int, end: int, count: int) -> tuple[int, bytes]:
+    """(common frame size, the frames' checksum fields) when every frame of a V send has the same
+    size and passes every check, else (0, b"") and the caller walks the frames one by one to find
+    and report the problem. The checks run column-wise in numpy instead of a Python loop per frame;
+    only the XXH3 calls remain per frame."""
+    if count == 0 or end - start < V_FRAME_SIZE:
+        return 0, b""
+    _ck, _lo, _hi, _od, _td, hl, pl, _r = V_FRAME.unpack_from(payload, start)
+    stride = V_FRAME_SIZE + hl + pl
+    if stride * count != end - start or pl == 0 or pl > MAX_PAYLOAD or hl > MAX_USER_HEADERS:
+        return 0, b""
+    a = np.frombuffer(payload, _frame_dtype(stride), count, offset=start)
+    if not ((a["hl"] == hl).all() and (a["pl"] == pl).all() and not a["rsv"].any()
+            and (a["od"] == np.arange(count)).all() and ((a["lo"] | a["hi"]) != 0).all()):
+        return 0, b""
+    mv = memoryview(payload)
+    computed = np.fromiter((_xxh3(mv[p + 8 : p + stride]) for p in range(start, end, stride)),
+                           np.uint64, count)
+    if not (computed == a["ck"]).all():
+        return 0, b""
+    return stride, a["ck"].tobytes()
+
+
 def vsr_send_frames(payload: bytes, pos: int, count: int, *, mint: Mint = mint_uuid4
-                    ) -> tuple[bytes, int]:
-    """(frames to store, batch origin timestamp) of the one batch at ``payload[pos:]``, which must
-    hold exactly ``count`` frames and end the payload (iggy.md C.9). Frames with id 0 get a minted
-    id (and a new checksum); everything else is stored as sent."""
+                    ) -> tuple[bytes, int, int]:
+    """(frames to store, batch origin timestamp, common frame size or 0) of the one batch at
+    ``payload[pos:]``, which must hold exactly ``count`` frames and end the payload (iggy.md C.9).
+    Frames with id 0 get a minted id (and a new checksum); everything else is stored as sent."""
     end = len(payload)
     if end - pos < V_BATCH_SIZE:
         raise IggyError(Status.INVALID_COMMAND, "batch header truncated")
@@ -77,8 +109,15 @@ def vsr_send_frames(payload: bytes, pos: int, count: int, *, mint: Mint = mint_u
         raise IggyError(Status.INVALID_MESSAGES_COUNT, f"batch holds {n} messages, metadata says {count}")
     mv = memoryview(payload)
     start = at = pos + V_BATCH_SIZE
+    stride, checksums = _uniform_frames(payload, start, end, count)
+    if stride:
+        h = xxhash.xxh3_64(_V_BATCH_FIELDS.pack(pid, base_offset, base_ts, origin, length, count))
+        h.update(checksums)
+        if h.intdigest() != checksum:
+            raise IggyError(Status.INVALID_BATCH_CHECKSUM, "batch checksum")
+        return payload[start:end], origin, stride
     unpack = V_FRAME.unpack_from
-    sums = []
+    sums: list[memoryview] = []
     fix: list[tuple[int, int, int]] = []  # (index, start, end) of frames needing a new id
     for i in range(count):
         if end - at < V_FRAME_SIZE:
@@ -110,20 +149,20 @@ def vsr_send_frames(payload: bytes, pos: int, count: int, *, mint: Mint = mint_u
     if h.intdigest() != checksum:
         raise IggyError(Status.INVALID_BATCH_CHECKSUM, "batch checksum")
     if not fix:
-        return payload[start:end], origin
+        return payload[start:end], origin, 0
     out = bytearray(mv[start:end])
-    for i, f_start, f_end in fix:
+    for _i, f_start, f_end in fix:
         _ck, _lo, _hi, od, td, hl, pl, _r = unpack(payload, f_start)
         body = f_start + V_FRAME_SIZE
         new = _frame(mint(), od, td, mv[body : body + pl], mv[body + pl : f_end])
         out[f_start - start : f_end - start] = new
-        del i
-    return bytes(out), origin
+    return bytes(out), origin, 0
 
 
 def frames_from_messages(messages: Sequence[Message], *, now_us: int, mint: Mint = mint_uuid4
-                         ) -> tuple[bytes, int]:
-    """(frames, batch origin timestamp) for messages decoded from a D or L send. A message without
+                         ) -> tuple[bytes, int, int]:
+    """(frames, batch origin timestamp, common frame size or 0) for messages decoded from a D or
+    L send. A message without
     an origin timestamp (D has none) gets ``now_us``; a spread of origin times wider than a u32 of
     microseconds (71 minutes) is clamped, which only a client with a broken clock produces."""
     origins = [m.origin_timestamp or now_us for m in messages]
@@ -134,7 +173,8 @@ def frames_from_messages(messages: Sequence[Message], *, now_us: int, mint: Mint
             raise IggyError(Status.EMPTY_MESSAGE_PAYLOAD, f"message {i} has no payload")
         headers = enc_user_headers(m.headers) if m.headers else b""
         parts.append(_frame(m.id or mint(), i, min(origin - base, U32_MAX), m.payload, headers))
-    return b"".join(parts), base
+    sizes = {len(p) for p in parts}
+    return b"".join(parts), base, sizes.pop() if len(sizes) == 1 else 0
 
 
 def vsr_record(partition_id: int, data: bytes | memoryview, positions: Sequence[int], i0: int, i1: int,
@@ -148,7 +188,11 @@ def vsr_record(partition_id: int, data: bytes | memoryview, positions: Sequence[
     count = i1 - i0
     h = xxhash.xxh3_64(_V_BATCH_FIELDS.pack(partition_id, base_offset, append_us, origin_base, length,
                                             count))
-    h.update(b"".join([mv[p : p + 8] for p in positions[i0:i1]]))
+    stride = (last - first) // count
+    if positions[i0 + 1] - first == stride and stride * count == last - first and stride >= V_FRAME_SIZE:
+        h.update(np.frombuffer(data, _frame_dtype(stride), count, offset=first)["ck"].tobytes())
+    else:
+        h.update(b"".join([mv[p : p + 8] for p in positions[i0:i1]]))
     return (V_BATCH.pack(partition_id, base_offset, append_us, origin_base, length, h.intdigest(), count)
             + _V_BATCH_PAD + bytes(mv[first:last]))
 
