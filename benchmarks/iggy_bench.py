@@ -45,6 +45,33 @@ ROOT = Path(__file__).resolve().parents[1]
 STREAM, TOPIC = "bench", "events"
 
 
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Phase:
+    """Wall time and the CPU seconds of this process and of the broker over one phase."""
+
+    def __init__(self, broker_pid: int) -> None:
+        self.broker_pid = broker_pid
+
+    def __enter__(self) -> _Phase:
+        self.t0 = time.perf_counter()
+        self.c0 = _cpu(os.getpid())
+        self.b0 = _cpu(self.broker_pid) if self.broker_pid else 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.s = time.perf_counter() - self.t0
+        self.client_cpu = _cpu(os.getpid()) - self.c0
+        self.broker_cpu = (_cpu(self.broker_pid) - self.b0) if self.broker_pid else 0.0
+
+    def report(self, **extra: Any) -> dict[str, Any]:
+        return {"s": self.s, "client_cpu": self.client_cpu, "broker_cpu": self.broker_cpu, **extra}
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
@@ -115,16 +142,14 @@ async def _drive(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"sdk": "0.9" if v09 else "0.8"}
 
     # one connection, one request in flight
-    t0 = time.perf_counter()
-    lat = await _send_all(ig, first, 0, batches, batch, v09)
-    dt = time.perf_counter() - t0
-    out["send1"] = {"msgs": batches * args.batch, "s": dt, "p50_ms": _pct(lat, 0.5) * 1e3,
-                    "p99_ms": _pct(lat, 0.99) * 1e3}
-    t0 = time.perf_counter()
-    got, nbytes, lat = await _poll_all(ig, first, 0, batches * args.batch, args.batch, v09)
-    dt = time.perf_counter() - t0
-    out["poll1"] = {"msgs": got, "bytes": nbytes, "s": dt, "p50_ms": _pct(lat, 0.5) * 1e3,
-                    "p99_ms": _pct(lat, 0.99) * 1e3}
+    with _Phase(args.broker_pid) as ph:
+        lat = await _send_all(ig, first, 0, batches, batch, v09)
+    out["send1"] = ph.report(msgs=batches * args.batch, p50_ms=_pct(lat, 0.5) * 1e3,
+                             p99_ms=_pct(lat, 0.99) * 1e3)
+    with _Phase(args.broker_pid) as ph:
+        got, nbytes, lat = await _poll_all(ig, first, 0, batches * args.batch, args.batch, v09)
+    out["poll1"] = ph.report(msgs=got, bytes=nbytes, p50_ms=_pct(lat, 0.5) * 1e3,
+                             p99_ms=_pct(lat, 0.99) * 1e3)
 
     # several connections in parallel, one partition each (partition 0 already holds a full run)
     if args.clients > 1:
@@ -258,10 +283,11 @@ def main() -> None:
     ap.add_argument("--broker-only", action="store_true", help="only the in-process broker run")
     ap.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--broker-pid", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.driver:
-        print(json.dumps(asyncio.run(_drive(args))))
-        return
+        print(json.dumps(asyncio.run(_drive(args))), flush=True)
+        os._exit(0)  # skip interpreter teardown: the SDK's runtime threads may abort it
     sdk_python = ROOT / f".venv-iggy{args.sdk}" / "bin" / "python"
     if not sdk_python.exists() and not args.broker_only:
         raise SystemExit(f"{sdk_python} is missing: run `make bench-iggy` (or `make test`) first")
@@ -272,7 +298,7 @@ def main() -> None:
         port = _free_port()
         proc = _start_broker(tmp / "data", port, fsync)
         try:
-            cmd = [str(sdk_python), __file__, "--driver", "--port", str(port),
+            cmd = [str(sdk_python), __file__, "--driver", "--port", str(port), "--broker-pid", str(proc.pid),
                    "--messages", str(args.messages),
                    "--batch", str(args.batch), "--size", str(args.size), "--clients", str(args.clients)]
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
@@ -292,6 +318,10 @@ def main() -> None:
               f"  batch latency p50 {s1['p50_ms']:.2f} ms p99 {s1['p99_ms']:.2f} ms")
         print(f"  poll, 1 connection : {_rate(p1['msgs'], p1['s'])}  {p1['bytes'] / p1['s'] / 1e6:7.1f} MB/s"
               f"  poll latency  p50 {p1['p50_ms']:.2f} ms p99 {p1['p99_ms']:.2f} ms")
+        for label, r in (("send", s1), ("poll", p1)):
+            per = 1e6 / r["msgs"]
+            print(f"    {label} CPU per 1,000 messages: client (SDK) {r['client_cpu'] * per:.2f} ms,"
+                  f" broker {r['broker_cpu'] * per:.2f} ms, wall {r['s'] * per:.2f} ms")
         if "sendN" in res:
             sn, pn = res["sendN"], res["pollN"]
             print(f"  send, {sn['clients']} connections: {_rate(sn['msgs'], sn['s'])}"
