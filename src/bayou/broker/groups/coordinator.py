@@ -53,7 +53,7 @@ RTES_POLICY = GroupPolicy()
 CURSUS_POLICY = GroupPolicy("cursus", 0, False, True, True)
 # Iggy: members are connections (the front end removes them on disconnect), so no session expiry;
 # a group lives inside its topic; offsets may be stored backwards (STORE_CONSUMER_OFFSET rewinds).
-IGGY_POLICY = GroupPolicy("iggy", 1, False, False, False, session_expiry=False)
+IGGY_POLICY = GroupPolicy("iggy", 0, False, False, False, session_expiry=False)
 POLICIES = {p.name: p for p in (RTES_POLICY, CURSUS_POLICY, IGGY_POLICY)}
 
 

@@ -189,7 +189,10 @@ def vsr_record(partition_id: int, data: bytes | memoryview, positions: Sequence[
     h = xxhash.xxh3_64(_V_BATCH_FIELDS.pack(partition_id, base_offset, append_us, origin_base, length,
                                             count))
     stride = (last - first) // count
-    if positions[i0 + 1] - first == stride and stride * count == last - first and stride >= V_FRAME_SIZE:
+    # every frame must be ``stride`` long, not just the first one and the average (60, 50, 70 bytes
+    # would pass those two checks and read checksums from inside the frames)
+    if (stride * count == last - first and stride >= V_FRAME_SIZE
+            and positions[i0 : i1 + 1] == list(range(first, last + 1, stride))):
         h.update(np.frombuffer(data, _frame_dtype(stride), count, offset=first)["ck"].tobytes())
     else:
         h.update(b"".join([mv[p : p + 8] for p in positions[i0:i1]]))
