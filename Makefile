@@ -1,6 +1,6 @@
 # bayou: two commands set up a fresh machine.
 #   make run   - create .venv, install bayou, start one broker (data in ./data)
-#   make test  - install the dev dependencies and run the whole suite
+#   make test  - install the dev dependencies and the Iggy SDKs, then run the whole suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
@@ -8,7 +8,17 @@ PIP     = $(PY) -m pip
 STAMP   = $(VENV)/.installed
 DEVSTAMP = $(VENV)/.installed-dev
 
-.PHONY: run test install dev lint typecheck bench clean
+# The published Iggy Python SDKs the end-to-end tests drive (tests/support/iggy_sdk.py). Both
+# versions are the package apache-iggy (import apache_iggy), so each gets a venv of its own; the
+# stamp names the pinned version, so changing a pin reinstalls.
+IGGY08_VERSION = 0.8.0
+IGGY09_VERSION = 0.9.0
+IGGY08 = .venv-iggy08
+IGGY09 = .venv-iggy09
+IGGY08STAMP = $(IGGY08)/.installed-apache-iggy-$(IGGY08_VERSION)
+IGGY09STAMP = $(IGGY09)/.installed-apache-iggy-$(IGGY09_VERSION)
+
+.PHONY: run test install dev iggy-sdks lint typecheck bench bench-iggy clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,14 +32,30 @@ $(DEVSTAMP): pyproject.toml | $(PY)
 	$(PIP) install --quiet -e '.[dev]'
 	touch $@ $(STAMP)
 
+$(IGGY08)/bin/python:
+	$(PYTHON) -m venv $(IGGY08)
+
+$(IGGY08STAMP): | $(IGGY08)/bin/python
+	$(IGGY08)/bin/python -m pip install --quiet apache-iggy==$(IGGY08_VERSION)
+	touch $@
+
+$(IGGY09)/bin/python:
+	$(PYTHON) -m venv $(IGGY09)
+
+$(IGGY09STAMP): | $(IGGY09)/bin/python
+	$(IGGY09)/bin/python -m pip install --quiet apache-iggy==$(IGGY09_VERSION)
+	touch $@
+
 install: $(STAMP)
 
 dev: $(DEVSTAMP)
 
+iggy-sdks: $(IGGY08STAMP) $(IGGY09STAMP)
+
 run: $(STAMP)
 	$(VENV)/bin/bayou serve --data-dir ./data
 
-test: $(DEVSTAMP)
+test: $(DEVSTAMP) $(IGGY08STAMP) $(IGGY09STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
@@ -41,5 +67,8 @@ lint: $(DEVSTAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/storage_bench.py
 
+bench-iggy: $(STAMP) $(IGGY08STAMP) $(IGGY09STAMP)
+	$(PY) benchmarks/iggy_bench.py
+
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(IGGY08) $(IGGY09) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

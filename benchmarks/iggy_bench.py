@@ -5,7 +5,7 @@ Prints figures; never passes or fails. Targets from the issue (100-byte messages
 
     (a) end to end: a broker subprocess (``bayou serve``, --fsync never, then always) and the
         official apache-iggy SDK (0.9 by default, 0.8 with --sdk 08) in its own virtualenv
-        (``make bench-iggy`` creates both): one client sends batches of --batch messages one
+        (``make iggy-sdks`` creates both): one client sends batches of --batch messages one
         request at a time (the SDK keeps one request in flight per connection), then polls them
         back --batch at a time with the Offset strategy; then --clients connections do the same
         in parallel, one partition each;
@@ -290,7 +290,7 @@ def main() -> None:
         os._exit(0)  # skip interpreter teardown: the SDK's runtime threads may abort it
     sdk_python = ROOT / f".venv-iggy{args.sdk}" / "bin" / "python"
     if not sdk_python.exists() and not args.broker_only:
-        raise SystemExit(f"{sdk_python} is missing: run `make bench-iggy` (or `make test`) first")
+        raise SystemExit(f"{sdk_python} is missing: run `make iggy-sdks` (or `make test`) first")
     print(f"Iggy benchmark: {args.messages:,} messages of {args.size} B in batches of {args.batch:,}, "
           f"apache-iggy {args.sdk[0]}.{args.sdk[1]} SDK, loopback, {os.cpu_count()} cores")
     for fsync in [] if args.broker_only else args.fsync or ["never", "always"]:

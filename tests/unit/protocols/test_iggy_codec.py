@@ -77,7 +77,7 @@ VSR_ONLY: list[m.Request] = [
     m.CreateStream("orders", options=(m.UserHeader.of("x", m.HeaderKind.BOOL, True),)),
     m.CreateTopic(S, "t", 3, m.CompressionAlgorithm.GZIP, 60_000_000, 1 << 30, 3, options=OPTIONS),
     m.CreateTopic(S, "plain", 1),
-    m.UpdateTopic(S, T, 1, 0, 0, "t2", options=OPTIONS[:1]),
+    m.UpdateTopic(S, T, m.CompressionAlgorithm.GZIP, 0, 0, "t2", options=OPTIONS[:1]),
     m.SyncConsumerGroup(S, T, G),
     m.Unsupported(Command.GET_SNAPSHOT_FILE, b"\x01"),
 ]

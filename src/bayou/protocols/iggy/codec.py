@@ -493,15 +493,19 @@ def _create_topic(payload: bytes, dialect: Dialect) -> m.Request:
 
 
 def _update_topic(payload: bytes, dialect: Dialect) -> m.Request:
-    """L (B.4): ..., u8 replication_factor, name8. V (current source, not captured): no
-    replication factor; an options block runs to the end after the name."""
+    """L (B.4): ..., u8 replication_factor, name8. V (as apache-iggy 0.9.0 sends it, checked with
+    the SDK): stream, topic, name8, then an options block to the end, as in CREATE_TOPIC;
+    compression, expiry and maximum size travel as options (omitted = none / server default)."""
     r = Reader(payload)
     stream, topic = r.identifier(), r.identifier()
-    compression, expiry, max_size = r.u8(), r.u64(), r.u64()
     if dialect is Dialect.VSR:
         name = r.name8(Status.INVALID_TOPIC_NAME)
-        return m.UpdateTopic(stream, topic, compression, expiry, max_size, name,
-                             options=decode_options(payload, r.pos))
+        opts = decode_options(payload, r.pos)
+        return m.UpdateTopic(stream, topic, _option_compression(opts) or m.CompressionAlgorithm.NONE,
+                             _option_int(opts, "message_expiry", m.HeaderKind.UINT64) or 0,
+                             _option_int(opts, "max_topic_size", m.HeaderKind.UINT64) or 0, name,
+                             options=opts)
+    compression, expiry, max_size = r.u8(), r.u64(), r.u64()
     rf = r.u8()
     name = r.name8(Status.INVALID_TOPIC_NAME)
     r.done()
@@ -700,11 +704,11 @@ def _enc_create_topic(req: m.CreateTopic, dialect: Dialect) -> bytes:
 
 
 def _enc_update_topic(req: m.UpdateTopic, dialect: Dialect) -> bytes:
-    head = (enc_identifier(req.stream) + enc_identifier(req.topic)
-            + struct.pack("<BQQ", req.compression_algorithm, req.message_expiry, req.max_topic_size))
-    if dialect is Dialect.VSR:
+    head = enc_identifier(req.stream) + enc_identifier(req.topic)
+    if dialect is Dialect.VSR:  # the settings travel in the options, as in CREATE_TOPIC
         return head + enc_name8(req.name) + enc_user_headers(req.options)
-    return head + U8.pack(req.replication_factor or 0) + enc_name8(req.name)
+    return (head + struct.pack("<BQQ", req.compression_algorithm, req.message_expiry, req.max_topic_size)
+            + U8.pack(req.replication_factor or 0) + enc_name8(req.name))
 
 
 def _enc_create_group(req: m.CreateConsumerGroup, dialect: Dialect) -> bytes:
