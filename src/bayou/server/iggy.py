@@ -65,7 +65,14 @@ from bayou.protocols.iggy.framing import (
     encode_vsr_ok,
     resolve_legacy_dialect,
 )
-from bayou.protocols.iggy.stored import frames_from_messages, legacy_messages, vsr_record, vsr_send_frames
+from bayou.protocols.iggy.stored import (
+    frames_from_messages,
+    legacy_messages,
+    legacy_messages_uniform,
+    legacy_send_frames,
+    vsr_record,
+    vsr_send_frames,
+)
 from bayou.records.batch import HEADER_SIZE, assemble_batch, decode_records, encode_batch, iter_batches
 from bayou.records.iggy import FORMAT_IGGY, append_time_us, frame_positions, frame_stride, split_append_time
 from bayou.records.model import Record
@@ -844,7 +851,17 @@ class IggyService:
         return encode_reply(m.SendConfirmations((confirmation,)), Dialect.VSR)
 
     async def _send_legacy(self, s: Session, payload: bytes) -> bytes:
-        await self._send_decoded(s, decode_legacy_send(payload))
+        stream_id, topic_id, partitioning, count, pos = read_send_metadata(payload)
+        fast = None
+        if partitioning.kind != m.PartitioningKind.MESSAGES_KEY:
+            fast = legacy_send_frames(payload, pos, count, now_us=now_us())
+        if fast is None:
+            await self._send_decoded(s, decode_legacy_send(payload))
+            return b""
+        frames, origin, stride = fast
+        stream, topic = await self._resolve(stream_id, topic_id)
+        partition = self._route(s, topic, partitioning)
+        await self._append_frames(s, stream, topic, partition, frames, count, origin, stride)
         return b""
 
     async def _send_decoded(self, s: Session, req: m.SendMessages) -> None:
@@ -1024,8 +1041,14 @@ class IggyService:
                         parts.append(vsr_record(out_pid, data, positions, i0, i1, base_offset=h.base_offset,
                                                 append_us=append, origin_base=h.producer_id))
                     elif dialect is Dialect.LEGACY:
-                        parts.extend(legacy_messages(data, positions, i0, i1, base_offset=h.base_offset,
-                                                     append_us=append, origin_base=h.producer_id))
+                        stride = frame_stride(h.base_sequence)
+                        if stride and positions[1] - positions[0] == stride:
+                            parts.append(legacy_messages_uniform(
+                                data, body, stride, i0, i1, base_offset=h.base_offset, append_us=append,
+                                origin_base=h.producer_id))
+                        else:
+                            parts.extend(legacy_messages(data, positions, i0, i1, base_offset=h.base_offset,
+                                                         append_us=append, origin_base=h.producer_id))
                     else:
                         parts.extend(record_to_polled(rec, timestamp=append)
                                      for rec in decode_records(data, pos)[i0:i1])

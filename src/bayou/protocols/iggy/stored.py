@@ -221,3 +221,98 @@ def legacy_messages(data: bytes | memoryview, positions: Sequence[int], i0: int,
 
 
 assert _L_TAIL.size + 8 == L_HEADER_SIZE
+
+
+# -- L (apache-iggy 0.8) fast paths: whole batches of equal-size messages, column-wise -----------
+
+_L_INDEX_DTYPE = np.dtype({"names": ["zero", "end", "ts"], "formats": ["<u4", "<u4", "<u8"],
+                           "offsets": [0, 4, 8], "itemsize": 16})
+
+
+def _l_dtype(stride: int) -> np.dtype[Any]:
+    """A 64-byte L message header and its body (payload, user headers) as one numpy record."""
+    return np.dtype({"names": ["ck", "lo", "hi", "off", "ts", "origin", "hl", "pl", "rsv", "body"],
+                     "formats": ["<u8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u8",
+                                 f"V{stride - L_HEADER_SIZE}"],
+                     "offsets": [0, 8, 16, 24, 32, 40, 48, 52, 56, 64], "itemsize": stride})
+
+
+def _v_dtype(stride: int) -> np.dtype[Any]:
+    """A 48-byte V frame header and its body as one numpy record."""
+    return np.dtype({"names": ["ck", "lo", "hi", "od", "td", "hl", "pl", "rsv", "body"],
+                     "formats": ["<u8", "<u8", "<u8", "<u4", "<u4", "<u4", "<u4", "<u8",
+                                 f"V{stride - V_FRAME_SIZE}"],
+                     "offsets": [0, 8, 16, 24, 28, 32, 36, 40, 48], "itemsize": stride})
+
+
+def _checksums(buf: bytes, stride: int, count: int) -> np.ndarray[Any, np.dtype[np.uint64]]:
+    mv = memoryview(buf)
+    return np.fromiter((_xxh3(mv[p + 8 : p + stride]) for p in range(0, stride * count, stride)),
+                       np.uint64, count)
+
+
+def _mint_ids(lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any]) -> None:
+    """Replace every zero id (lo and hi both 0) with a random UUIDv4, in place."""
+    zero = (lo == 0) & (hi == 0)
+    n = int(zero.sum())
+    if not n:
+        return
+    rnd = np.frombuffer(os.urandom(16 * n), np.uint64).reshape(n, 2)
+    hi[zero] = (rnd[:, 1] & ~np.uint64(0xF000)) | np.uint64(0x4000)  # version 4: u128 bits 76-79
+    lo[zero] = (rnd[:, 0] & ~np.uint64(0xC << 60)) | np.uint64(0x8 << 60)  # RFC 4122 variant
+
+
+def legacy_send_frames(payload: bytes, pos: int, count: int, *, now_us: int
+                       ) -> tuple[bytes, int, int] | None:
+    """(frames to store, batch origin timestamp, frame size) for an L send (B.5) whose ``count``
+    messages all have the same size, no user headers and checksum 0 (what apache-iggy 0.8 sends),
+    converted column-wise; None when the send is anything else, for ``decode_legacy_send`` (which
+    also reports every error with the 0.8 server's code)."""
+    area = pos + 16 * count
+    if count == 0 or area > len(payload) or (len(payload) - area) % count:
+        return None
+    stride = (len(payload) - area) // count
+    if stride <= L_HEADER_SIZE:
+        return None
+    index = np.frombuffer(payload, _L_INDEX_DTYPE, count, offset=pos)
+    if (index["zero"].any() or index["ts"].any()
+            or not (index["end"] == np.arange(1, count + 1, dtype=np.uint64) * stride).all()):
+        return None
+    msgs = np.frombuffer(payload, _l_dtype(stride), count, offset=area)
+    pl = stride - L_HEADER_SIZE
+    if (msgs["ck"].any() or msgs["rsv"].any() or msgs["hl"].any() or not (msgs["pl"] == pl).all()
+            or pl > MAX_PAYLOAD):
+        return None
+    vstride = V_FRAME_SIZE + pl
+    out = np.zeros(count, _v_dtype(vstride))
+    lo, hi = msgs["lo"].copy(), msgs["hi"].copy()
+    _mint_ids(lo, hi)
+    origins = msgs["origin"].copy()
+    origins[origins == 0] = now_us
+    base = int(origins.min())
+    out["lo"], out["hi"] = lo, hi
+    out["od"] = np.arange(count, dtype=np.uint32)
+    out["td"] = np.minimum(origins - np.uint64(base), np.uint64(U32_MAX))
+    out["pl"] = pl
+    out["body"] = msgs["body"]
+    frames = out.tobytes()
+    out["ck"] = _checksums(frames, vstride, count)
+    return out.tobytes(), base, vstride
+
+
+def legacy_messages_uniform(data: bytes | memoryview, first: int, stride: int, i0: int, i1: int, *,
+                            base_offset: int, append_us: int, origin_base: int) -> bytes:
+    """Stored frames ``i0..i1-1`` (all ``stride`` bytes, the first at ``first``) as L messages,
+    built column-wise: the same bytes ``legacy_messages`` produces."""
+    count = i1 - i0
+    frames = np.frombuffer(data, _v_dtype(stride), count, offset=first + i0 * stride)
+    lstride = stride - V_FRAME_SIZE + L_HEADER_SIZE
+    out = np.zeros(count, _l_dtype(lstride))
+    out["lo"], out["hi"] = frames["lo"], frames["hi"]
+    out["off"] = frames["od"].astype(np.uint64) + np.uint64(base_offset)
+    out["ts"] = append_us
+    out["origin"] = frames["td"].astype(np.uint64) + np.uint64(origin_base)
+    out["hl"], out["pl"] = frames["hl"], frames["pl"]
+    out["body"] = frames["body"]
+    out["ck"] = _checksums(out.tobytes(), lstride, count)
+    return out.tobytes()
