@@ -73,6 +73,7 @@ from bayou.protocols.iggy.stored import (
     vsr_record,
     vsr_send_frames,
 )
+from bayou.protocols.iggy.wire import option
 from bayou.records.batch import HEADER_SIZE, assemble_batch, decode_records, encode_batch, iter_batches
 from bayou.records.iggy import FORMAT_IGGY, append_time_us, frame_positions, frame_stride, split_append_time
 from bayou.records.model import Record
@@ -712,6 +713,11 @@ class IggyService:
                   if v is not None}
         if req.replication_factor:
             config["replication.factor"] = str(req.replication_factor)
+        segment = option(req.options, "segment_size")  # V: the size at which a segment is sealed
+        if segment is not None and segment.value_kind == m.HeaderKind.UINT64 and len(segment.value) == 8:
+            size = int.from_bytes(segment.value, "little")
+            if size:
+                config["segment.bytes"] = str(size)
         try:
             await self.broker.create_topic(name, req.partitions_count, config)
         except TopicAlreadyExists:  # created elsewhere in between: take the next free name
