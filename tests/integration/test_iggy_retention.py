@@ -8,9 +8,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from tests.support.iggy import iggy_port, poll, send, start_iggy, vsr_login
 
 from bayou.protocols.iggy import messages as m
-from tests.support.iggy import iggy_port, poll, send, start_iggy, vsr_login
 
 pytestmark = pytest.mark.asyncio
 
@@ -47,7 +47,7 @@ async def test_message_expiry_deletes_sealed_segments(tmp_path: Path) -> None:
         after = server.broker.describe_topic("s.t").partitions[0]
         assert after.segments == 1 and after.log_start_offset > 0
         first = await conn.call(poll("s", "t", 0, kind=m.PollingKind.FIRST))
-        assert [x.offset for x in first.messages][0] == after.log_start_offset
+        assert first.messages[0].offset == after.log_start_offset
         assert len(first.messages) == after.log_end_offset - after.log_start_offset
         # the active segment is never deleted, expired or not
         await asyncio.sleep(0.3)
