@@ -450,12 +450,14 @@ class Broker:
     async def produce(self, topic: str, partition: int, batch: bytes | bytearray,
                       acks: Acks = Acks.LEADER, *,
                       stamp: Callable[[bytearray, int], None] | None = None,
-                      create: bool = True) -> ProduceResult:
+                      create: bool = True, at_offset: int | None = None) -> ProduceResult:
         """Append one batch (its base offset is assigned here) and acknowledge per ``acks``.
 
         ``stamp`` writes the assigned offsets into formats that carry them per record (the batch
         was built by the caller, so its CRC is computed after stamping instead of verified).
         With ``create=False`` an unknown topic is an error even when auto-creation is on.
+        ``at_offset`` places the batch at that base offset, past the log end (a gap; see
+        ``PartitionLog.append``).
         """
         if self.closing:
             raise BrokerShuttingDown()
@@ -465,9 +467,9 @@ class Broker:
         part = t.partitions[partition]
         self._check_leader(part)
         if stamp is None:
-            info = part.log.append(batch)
+            info = part.log.append(batch, at_offset=at_offset)
         else:
-            info = part.log.append(batch, verify_crc=False, stamp=stamp)
+            info = part.log.append(batch, verify_crc=False, stamp=stamp, at_offset=at_offset)
         end = info.last_offset + 1
         if part.log.config.fsync.mode == "always":
             await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)

@@ -54,6 +54,10 @@ LENGTH_PREFIX = 12  # base_offset + batch_length
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
+# Offsets are not dense (TANK's sparse bundles name their own sequence numbers): the batch may
+# start past the previous batch's end and hold fewer records than its offset span. Inside the CRC,
+# so recovery can tell a deliberate gap from a damaged base offset.
+ATTR_SPARSE = 0x10
 ATTR_FORMAT_SHIFT = 8
 ATTR_FORMAT_MASK = 0x0F00
 
@@ -95,6 +99,10 @@ class BatchHeader:
     @property
     def compression(self) -> int:
         return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def sparse(self) -> bool:
+        return bool(self.attributes & ATTR_SPARSE)
 
     @property
     def payload_format(self) -> int:

@@ -127,18 +127,27 @@ class PartitionLog:
     # -- appending -----------------------------------------------------------------------------
 
     def append(self, batch: bytes | bytearray, *, verify_crc: bool = True,
-               stamp: Callable[[bytearray, int], None] | None = None) -> AppendInfo:
+               stamp: Callable[[bytearray, int], None] | None = None,
+               at_offset: int | None = None) -> AppendInfo:
         """Append one batch, assigning its offsets. The batch's own base offset is overwritten.
 
         ``stamp(batch, base_offset)`` may write the assigned offsets into the records (formats that
         carry per-record offsets); the CRC is recomputed after it.
+
+        ``at_offset`` places the batch at a chosen base offset at or past the log end; an offset
+        below the log end raises ``OffsetOutOfRange``. Only a sparse batch (``ATTR_SPARSE``, TANK's
+        sparse bundles) may leave a gap of unused offsets before it or hold fewer records than its
+        offset span (``last_offset_delta + 1``).
         """
         header = decode_header(batch)
         if header.size != len(batch):
             raise CorruptRecord("batch length does not match its header")
         if header.size > self.config.max_batch_bytes:
             raise RecordTooLarge(f"batch of {header.size} bytes exceeds {self.config.max_batch_bytes}")
-        if header.record_count != header.last_offset_delta + 1:
+        if header.sparse:
+            if not 1 <= header.record_count <= header.last_offset_delta + 1:
+                raise CorruptRecord("record count does not fit the batch's offset span")
+        elif header.record_count != header.last_offset_delta + 1:
             raise CorruptRecord("record count does not match last offset delta")
         if verify_crc and batch_crc(batch, 0, header.size) != header.crc:
             raise CorruptRecord("batch CRC mismatch")
@@ -147,6 +156,14 @@ class PartitionLog:
         with self._lock:
             self._maybe_roll(header.size, now)
             base = self.active.next_offset
+            if at_offset is not None:
+                if at_offset < base:
+                    raise OffsetOutOfRange(f"offset {at_offset} is below the log end {base}")
+                if at_offset > base and not header.sparse:
+                    raise CorruptRecord("only a sparse batch may leave a gap of offsets")
+                if at_offset + header.last_offset_delta - self.active.base_offset > 0xFFFFFFF0:
+                    self._roll_to(at_offset)  # relative offsets are u32 within a segment
+                base = at_offset
             set_base_offset(buf, base)
             if stamp is not None:
                 stamp(buf, base)
@@ -184,6 +201,20 @@ class PartitionLog:
         offsets_full = seg.next_offset - seg.base_offset > 0xFFFFFFF0
         if too_big or too_old or offsets_full:
             self.roll()
+
+    def _roll_to(self, base: int) -> None:
+        """Start a new active segment at ``base`` (>= the log end); an empty active segment is
+        replaced rather than kept."""
+        old = self.active
+        if old.size == 0:
+            self.segments.pop()
+            self._bases.pop()
+            old.delete()
+        else:
+            old.sync()
+        seg = Segment(self.dir, base, self.config.index_interval_bytes)
+        self.segments.append(seg)
+        self._bases.append(base)
 
     def roll(self) -> None:
         """Close the active segment (durably) and start a new one at the log end."""

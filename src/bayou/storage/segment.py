@@ -153,7 +153,10 @@ class Segment:
                 error = f"torn batch at position {pos} ({h.size} bytes, {self.size - pos} present)"
                 break
             if verify:
-                if expected_offset is not None and h.base_offset != next_offset:
+                # Only a sparse batch may start past the previous one's end (a deliberate gap,
+                # marked inside the CRC); none may start inside or before it.
+                if expected_offset is not None and (h.base_offset < next_offset or (
+                        h.base_offset > next_offset and not h.sparse)):
                     error = (f"offset gap at position {pos}: batch starts {h.base_offset}, "
                              f"expected {next_offset}")
                     break
