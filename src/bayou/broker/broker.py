@@ -34,7 +34,15 @@ from bayou.errors import (
     UnknownPartition,
     UnknownTopic,
 )
-from bayou.storage import LogConfig, PartitionLog, Store, TopicMeta, apply_overrides, validate_topic_name
+from bayou.storage import (
+    FileSpan,
+    LogConfig,
+    PartitionLog,
+    Store,
+    TopicMeta,
+    apply_overrides,
+    validate_topic_name,
+)
 from bayou.storage.log import GRAVE_SECONDS
 
 log = logging.getLogger("bayou.broker")
@@ -534,6 +542,15 @@ class Broker:
         except OffsetOutOfRange:
             return None
         return FetchResult(r.data, r.record_count, r.next_offset, hw, r.log_start_offset, r.log_end_offset)
+
+    async def locate(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20
+                     ) -> FileSpan | None:
+        """Where the batches a fetch from ``offset`` (up to the high watermark) would return lie in
+        one segment file, for zero-copy serving; None when nothing is visible yet. An offset below
+        the log start raises OffsetOutOfRange."""
+        part = self.partition(topic, partition)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._io, lambda: part.log.locate(offset, max_bytes, max_offset=part.high_watermark))
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
         part = self.partition(topic, partition)

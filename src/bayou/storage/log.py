@@ -64,6 +64,18 @@ class ReadResult:
     log_end_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class FileSpan:
+    """Consecutive whole batches in one segment file: (position, header) each."""
+
+    fd: int
+    batches: tuple[tuple[int, BatchHeader], ...]
+
+    @property
+    def next_offset(self) -> int:
+        return self.batches[-1][1].next_offset
+
+
 class PartitionLog:
     def __init__(self, directory: Path, config: LogConfig, *, recover: bool = True) -> None:
         self.dir = directory
@@ -324,6 +336,48 @@ class PartitionLog:
             return ReadResult(data[:taken], first.base_offset, next_off if taken else offset, count,
                               start, end)
         return ReadResult(b"", offset, offset, 0, start, end)
+
+    def locate(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FileSpan | None:
+        """Where the whole batches a read from ``offset`` would return lie in one segment file,
+        without reading them: for zero-copy serving (``os.sendfile``) of stored bytes.
+
+        Same rules as ``read``: from the batch holding ``offset`` (or the first after it), whole
+        batches below ``max_offset``, at least one, about ``max_bytes``, never across segments.
+        None when nothing is visible. The descriptor stays valid while the caller sends: a segment
+        removed by retention is closed only after the graveyard delay.
+        """
+        with self._lock:
+            start = self.log_start_offset
+            end = self.next_offset
+            limit = end if max_offset is None else min(max_offset, end)
+            if offset < start or offset > end:
+                raise OffsetOutOfRange(f"offset {offset} outside [{start}, {end}]")
+            if offset >= limit:
+                return None
+            segments = self.segments[self._segment_for(offset):]
+        for seg in segments:
+            if seg.base_offset >= limit:
+                break
+            try:
+                seg_size = seg.size
+                pos, first = seg.find_position(offset, seg_size)
+                if first is None:
+                    continue
+                batches: list[tuple[int, BatchHeader]] = []
+                taken = 0
+                h: BatchHeader | None = first
+                while (h is not None and h.last_offset < limit
+                       and (not batches or taken + h.size <= max_bytes)):
+                    batches.append((pos, h))
+                    taken += h.size
+                    pos += h.size
+                    h = seg.header_at(pos) if pos < seg_size else None
+            except (OSError, ValueError):
+                return self.locate(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset)
+            if not batches:
+                return None
+            return FileSpan(seg.fd, tuple(batches))
+        return None
 
     def read_records(self, offset: int, max_records: int, *, max_offset: int | None = None,
                      max_bytes: int = 1 << 20) -> list[Record]:
