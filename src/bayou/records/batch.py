@@ -42,6 +42,7 @@ from bayou.records.compression import DEFAULT_MAX_DECOMPRESSED, Compression, com
 from bayou.records.cursus import FORMAT_CURSUS, decode_messages, message_to_record
 from bayou.records.iggy import FORMAT_IGGY, decode_frames
 from bayou.records.model import Record as Record  # re-exported: the batch API speaks Record
+from bayou.records.tank import FORMAT_TANK, decode_bundle_records
 from bayou.records.varint import decode_varint, encode_varint
 
 MAGIC = 2
@@ -241,8 +242,11 @@ def assemble_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     leader_epoch: int = -1,
+    last_offset_delta: int | None = None,
 ) -> bytes:
-    """Wrap an already-encoded records section in a header and compute its CRC."""
+    """Wrap an already-encoded records section in a header and compute its CRC. A sparse batch
+    (``ATTR_SPARSE``) gives its offset span with ``last_offset_delta``; otherwise it is
+    ``record_count - 1``."""
     out = bytearray(HEADER_SIZE + len(payload))
     HEADER.pack_into(
         out,
@@ -253,7 +257,7 @@ def assemble_batch(
         MAGIC,
         0,
         attributes,
-        record_count - 1,
+        record_count - 1 if last_offset_delta is None else last_offset_delta,
         base_timestamp,
         max_timestamp,
         producer_id,
@@ -278,6 +282,8 @@ def decode_records(
     if h.payload_format == FORMAT_CURSUS:
         msgs = decode_messages(data, 0, h.record_count)
         return [message_to_record(m, h.base_offset + i, h.base_timestamp) for i, m in enumerate(msgs)]
+    if h.payload_format == FORMAT_TANK:
+        return decode_bundle_records(data, h.base_offset)
     if h.payload_format == FORMAT_IGGY:
         return decode_frames(data, 0, len(data), h.record_count, base_offset=h.base_offset,
                              append_ms=h.base_timestamp, origin_base_us=h.producer_id)
