@@ -45,6 +45,8 @@ def main() -> None:
               help="Cursus listener (text commands + binary batches). [default: 0.0.0.0:9000]")
 @click.option("--iggy", metavar="HOST:PORT|off",
               help="Apache Iggy binary transport listener (0.8 and 0.9 clients). [default: 0.0.0.0:8090]")
+@click.option("--tank", metavar="HOST:PORT|off",
+              help="TANK listener (tank-cli and TANK 4.0 clients). [default: 0.0.0.0:11011]")
 @click.option("--advertised-host", metavar="HOST",
               help="Host name Cursus clients are told to connect to (METADATA, FIND_COORDINATOR). "
                    "[default: localhost]")
@@ -55,7 +57,7 @@ def main() -> None:
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", default="json", show_default=True, type=click.Choice(["json", "text"]))
 def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, cursus: str | None,
-          iggy: str | None, advertised_host: str | None, fsync: str | None, log_level: str,
+          iggy: str | None, tank: str | None, advertised_host: str | None, fsync: str | None, log_level: str,
           log_format: str) -> None:
     """Run one broker with every implemented protocol on its port.
 
@@ -63,7 +65,7 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, curs
     Examples:
       bayou serve                                  # defaults, data in ./data
       bayou serve --data-dir /var/lib/bayou --fsync interval:100
-      bayou serve --rtes 127.0.0.1:19092 --cursus off --iggy off --config bayou.toml
+      bayou serve --rtes 127.0.0.1:19092 --cursus off --iggy off --tank off --config bayou.toml
     """
     from bayou.config import load_config
     from bayou.server.app import run_server
@@ -72,7 +74,7 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, curs
     setup_logging(log_level, log_format)
     try:
         cfg = load_config(config_file, data_dir=data_dir, fsync=fsync,
-                          listeners={"rtes": rtes, "cursus": cursus, "iggy": iggy},
+                          listeners={"rtes": rtes, "cursus": cursus, "iggy": iggy, "tank": tank},
                           advertised_host=advertised_host)
     except BayouError as exc:
         raise click.BadParameter(exc.message) from None

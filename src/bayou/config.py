@@ -12,6 +12,7 @@ Example ``bayou.toml``::
     rtes = "0.0.0.0:9092"            # V1 line protocol, or "off"
     cursus = "0.0.0.0:9000"          # Cursus, or "off"
     iggy = "0.0.0.0:8090"            # Apache Iggy binary transport, or "off"
+    tank = "0.0.0.0:11011"           # TANK, or "off"
 
     [iggy]
     root_username = "iggy"           # the root user made on first start (env IGGY_ROOT_USERNAME)

@@ -195,6 +195,7 @@ max_connections = 100
 rtes = "127.0.0.1:{port}"
 cursus = "off"
 iggy = "off"
+tank = "off"
 
 [broker]
 default_partitions = 5
@@ -244,7 +245,7 @@ def test_flags_override_config_file(tmp_path: Path) -> None:
 def test_invalid_fsync(tmp_path: Path, value: str) -> None:
     data = tmp_path / "data"
     r = bayou("serve", "--data-dir", str(data), "--rtes", f"127.0.0.1:{free_port()}", "--iggy", "off",
-              "--cursus", "off", "--fsync", value)
+              "--cursus", "off", "--tank", "off", "--fsync", value)
     assert r.returncode != 0
     assert "fsync must be always, never or interval:<ms>" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
@@ -256,7 +257,8 @@ def test_invalid_fsync(tmp_path: Path, value: str) -> None:
     (("--rtes", "127.0.0.1:70000"), "out of range"),
 ])
 def test_invalid_listener(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
-    r = bayou("serve", "--data-dir", str(tmp_path / "data"), "--cursus", "off", "--iggy", "off", *args)
+    r = bayou("serve", "--data-dir", str(tmp_path / "data"), "--cursus", "off", "--iggy", "off",
+              "--tank", "off", *args)
     assert r.returncode != 0
     assert message in r.stderr, r.stderr
 

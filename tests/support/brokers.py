@@ -70,11 +70,12 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path, *extra_args: str, port: int | None = None,
                  fsync: str = "always", cursus_port: int | None = None,
-                 iggy_port: int | None = None) -> None:
+                 iggy_port: int | None = None, tank_port: int | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.cursus_port = cursus_port or free_port()
         self.iggy_port = iggy_port or free_port()
+        self.tank_port = tank_port or free_port()
         self.extra = list(extra_args)
         self.fsync = fsync
         self.proc: subprocess.Popen[bytes] | None = None
@@ -86,7 +87,7 @@ class BrokerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bayou", "serve", "--data-dir", str(self.data_dir),
              "--rtes", f"127.0.0.1:{self.port}", "--cursus", f"127.0.0.1:{self.cursus_port}",
-             "--iggy", f"127.0.0.1:{self.iggy_port}",
+             "--iggy", f"127.0.0.1:{self.iggy_port}", "--tank", f"127.0.0.1:{self.tank_port}",
              "--fsync", self.fsync, *self.extra],
             stdout=logf, stderr=subprocess.STDOUT, env=env)
         logf.close()

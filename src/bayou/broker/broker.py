@@ -543,14 +543,15 @@ class Broker:
             return None
         return FetchResult(r.data, r.record_count, r.next_offset, hw, r.log_start_offset, r.log_end_offset)
 
-    async def locate(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20
-                     ) -> FileSpan | None:
+    async def locate(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
+                     payload_only: bool = False) -> FileSpan | None:
         """Where the batches a fetch from ``offset`` (up to the high watermark) would return lie in
         one segment file, for zero-copy serving; None when nothing is visible yet. An offset below
         the log start raises OffsetOutOfRange."""
         part = self.partition(topic, partition)
         return await asyncio.get_running_loop().run_in_executor(
-            self._io, lambda: part.log.locate(offset, max_bytes, max_offset=part.high_watermark))
+            self._io, lambda: part.log.locate(offset, max_bytes, max_offset=part.high_watermark,
+                                              payload_only=payload_only))
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
         part = self.partition(topic, partition)

@@ -15,6 +15,7 @@ from bayou.server.base import Connection, ConnectionLimits, Listener
 from bayou.server.cursus import Advertised, CursusService, cursus_handler
 from bayou.server.iggy import IggyService, iggy_handler
 from bayou.server.rtes import RtesService, rtes_handler
+from bayou.server.tank import TankService, tank_handler
 
 log = logging.getLogger("bayou.server")
 
@@ -67,6 +68,7 @@ PROTOCOLS: dict[str, tuple[int, HandlerFactory]] = {
     "rtes": (9092, lambda server, _name: rtes_handler(RtesService(server.broker))),
     "cursus": (9000, _cursus),
     "iggy": (8090, _iggy),
+    "tank": (11011, lambda server, _name: tank_handler(TankService(server.broker))),
 }
 
 

@@ -9,7 +9,8 @@ empty or 128 characters or longer, is invalid (CreateTopic error 4). Sizes take 
 Mapping: ``log.segment.bytes`` -> ``segment.bytes``, ``log.index.interval.bytes`` ->
 ``index.interval.bytes``, ``log.retention.bytes`` -> ``retention.bytes`` and
 ``log.retention.secs`` -> ``retention.ms`` (0, TANK's "keep", -> -1), ``log.roll.secs`` ->
-``segment.ms``, ``flush.messages`` >= 1 -> ``fsync=always`` (bayou flushes per append, not per N
+``segment.ms``, ``retention.segments.count`` -> ``retention.segments``, ``flush.messages`` >= 1
+-> ``fsync=always`` (bayou flushes per append, not per N
 messages: the stronger promise), else ``flush.secs`` > 0 -> ``fsync=interval:<ms>``. The other
 known keys are validated and have no bayou equivalent.
 """
@@ -88,7 +89,9 @@ def to_bayou(config: dict[str, str]) -> dict[str, str]:
         elif key == "log.index.size.max.bytes":
             _at_least(key, parse_size(value), 128)
         elif key == "retention.segments.count":
-            _at_least(key, int(_integer(value)), 2, zero_ok=True)
+            n = _at_least(key, _integer(value), 2, zero_ok=True)
+            if n:
+                out["retention.segments"] = str(n)
         elif key == "log.retention.bytes":
             n = _at_least(key, parse_size(value), 128, zero_ok=True)
             out["retention.bytes"] = str(n) if n else "-1"

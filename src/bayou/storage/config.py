@@ -40,11 +40,12 @@ class LogConfig:
     retention_bytes: int = -1  # -1: no size limit
     index_interval_bytes: int = 4096
     max_batch_bytes: int = 64 * 1024 * 1024
+    retention_segments: int = 0  # 0: no limit; else keep at most this many segments (TANK's count)
     fsync: FsyncPolicy = FsyncPolicy()
 
     def __post_init__(self) -> None:
-        if not 1024 <= self.segment_bytes <= 1 << 31:
-            raise InvalidConfig("segment.bytes must be between 1 KiB and 2 GiB")
+        if not 64 <= self.segment_bytes <= 1 << 31:
+            raise InvalidConfig("segment.bytes must be between 64 bytes and 2 GiB")
         if self.segment_ms <= 0:
             raise InvalidConfig("segment.ms must be positive")
         if self.retention_ms < -1 or self.retention_ms == 0:
@@ -53,6 +54,8 @@ class LogConfig:
             raise InvalidConfig("retention.bytes must be positive or -1")
         if self.index_interval_bytes <= 0:
             raise InvalidConfig("index.interval.bytes must be positive")
+        if self.retention_segments < 0 or self.retention_segments == 1:
+            raise InvalidConfig("retention.segments must be 0 (no limit) or at least 2")
         if self.max_batch_bytes <= 0:
             raise InvalidConfig("max.batch.bytes must be positive")
 
@@ -65,6 +68,7 @@ TOPIC_CONFIG_KEYS: dict[str, str] = {
     "retention.bytes": "retention_bytes",
     "index.interval.bytes": "index_interval_bytes",
     "max.message.bytes": "max_batch_bytes",
+    "retention.segments": "retention_segments",
     "fsync": "fsync",
 }
 

@@ -213,6 +213,8 @@ class PartitionLog:
         offsets_full = seg.next_offset - seg.base_offset > 0xFFFFFFF0
         if too_big or too_old or offsets_full:
             self.roll()
+            if 0 < self.config.retention_segments < len(self.segments):
+                self.apply_retention(now)  # a segment count is enforced as segments appear
 
     def _roll_to(self, base: int) -> None:
         """Start a new active segment at ``base`` (>= the log end); an empty active segment is
@@ -337,12 +339,15 @@ class PartitionLog:
                               start, end)
         return ReadResult(b"", offset, offset, 0, start, end)
 
-    def locate(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FileSpan | None:
+    def locate(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+               payload_only: bool = False) -> FileSpan | None:
         """Where the whole batches a read from ``offset`` would return lie in one segment file,
         without reading them: for zero-copy serving (``os.sendfile``) of stored bytes.
 
         Same rules as ``read``: from the batch holding ``offset`` (or the first after it), whole
         batches below ``max_offset``, at least one, about ``max_bytes``, never across segments.
+        With ``payload_only`` the limit counts records sections only (not batch headers) and, as
+        TANK does, batches are added until the limit is reached or passed.
         None when nothing is visible. The descriptor stays valid while the caller sends: a segment
         removed by retention is closed only after the graveyard delay.
         """
@@ -366,14 +371,17 @@ class PartitionLog:
                 batches: list[tuple[int, BatchHeader]] = []
                 taken = 0
                 h: BatchHeader | None = first
-                while (h is not None and h.last_offset < limit
-                       and (not batches or taken + h.size <= max_bytes)):
+                while h is not None and h.last_offset < limit:
+                    size = h.size - HEADER_SIZE if payload_only else h.size
+                    if batches and (taken >= max_bytes if payload_only else taken + size > max_bytes):
+                        break
                     batches.append((pos, h))
-                    taken += h.size
+                    taken += size
                     pos += h.size
                     h = seg.header_at(pos) if pos < seg_size else None
             except (OSError, ValueError):
-                return self.locate(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset)
+                return self.locate(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset,
+                                   payload_only=payload_only)
             if not batches:
                 return None
             return FileSpan(seg.fd, tuple(batches))
@@ -450,7 +458,9 @@ class PartitionLog:
             total = self.size_bytes
             while len(self.segments) > 1:
                 seg = self.segments[0]
-                by_size = self.config.retention_bytes >= 0 and total - seg.size >= self.config.retention_bytes
+                by_count = 0 < self.config.retention_segments < len(self.segments)
+                by_size = by_count or (
+                    self.config.retention_bytes >= 0 and total - seg.size >= self.config.retention_bytes)
                 newest = seg.max_timestamp if seg.max_timestamp >= 0 else (seg.created_ms or now)
                 by_age = self.config.retention_ms >= 0 and now - newest > self.config.retention_ms
                 if not (by_size or by_age):

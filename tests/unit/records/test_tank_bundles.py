@@ -10,6 +10,7 @@ from bayou.records import Record
 from bayou.records.batch import ATTR_SPARSE, assemble_batch, decode_records
 from bayou.records.tank import (
     FORMAT_TANK,
+    check_bundle,
     decode_bundle,
     parse_bundle_header,
     read_varint,
@@ -82,3 +83,45 @@ def test_stored_batches_read_as_records() -> None:
     assert decode_records(plain) == [Record(b"one", None, TS3, (), None, 1),
                                      Record(b"two", None, TS3, (), None, 2),
                                      Record(b"three", None, TS3, (), None, 3)]
+
+
+def _uniform(n: int, size: int = 100) -> bytes:
+    msgs = b"".join((b"\x00" + (1234).to_bytes(8, "little") if i == 0 else b"\x02") + write_varint(size)
+                    + bytes([i % 251]) * size for i in range(n))
+    return b"\x00" + write_varint(n) + msgs
+
+
+def test_check_bundle_accepts_what_decodes() -> None:
+    for bundle in (THREE, SPARSE, _uniform(1000), _uniform(3, 1), _uniform(20, 300)):
+        h = check_bundle(bundle)
+        assert h.count == len(decode_bundle(bundle, 1))
+    snappy = b"\x01" + write_varint(1000) + bytes(cramjam.snappy.compress_raw(_uniform(1000)[3:]))
+    assert check_bundle(snappy).count == 1000
+
+
+@pytest.mark.parametrize("n", [3, 50, 1000])
+def test_check_bundle_rejects_every_single_byte_damage_to_message_headers(n: int) -> None:
+    bundle = _uniform(n)
+    size = 1 + len(write_varint(100)) + 100
+    first = len(bundle) - size * (n - 1)
+    for k in (1, n // 2, n - 1):
+        at = first + size * (k - 1)
+        for offset, value in ((0, 0x00), (0, 0x03), (0, 0x80), (1, 99), (1, 101)):
+            bad = bytearray(bundle)
+            bad[at + offset] = value
+            with pytest.raises(CorruptRecord):
+                check_bundle(bytes(bad))
+    for cut in (1, 50, len(bundle) - 4):
+        with pytest.raises(CorruptRecord):
+            check_bundle(bundle[:-cut])
+    with pytest.raises(CorruptRecord):
+        check_bundle(bundle + b"\x00")
+
+
+def test_check_bundle_rejects_snappy_garbage_and_bombs() -> None:
+    with pytest.raises(CorruptRecord):
+        check_bundle(b"\x05" + b"\x10not snappy at all")
+    with pytest.raises(CorruptRecord):
+        check_bundle(b"\x05" + write_varint(0xFFFF_FFFF) + b"\x00")
+    with pytest.raises(CorruptRecord):  # decompresses, but to fewer messages than counted
+        check_bundle(b"\x09" + bytes(cramjam.snappy.compress_raw(_uniform(1)[2:])))

@@ -39,7 +39,7 @@ def test_sizes_and_durations() -> None:
 def test_the_vector_config_maps_onto_bayou() -> None:
     cfg = parse_config("log.segment.bytes=1mb\nretention.segments.count=4\n")
     assert cfg == {"log.segment.bytes": "1mb", "retention.segments.count": "4"}
-    assert to_bayou(cfg) == {"segment.bytes": str(1 << 20)}
+    assert to_bayou(cfg) == {"segment.bytes": str(1 << 20), "retention.segments": "4"}
 
 
 def test_mapping_of_every_key() -> None:

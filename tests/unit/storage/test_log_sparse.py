@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bayou.errors import CorruptRecord, OffsetOutOfRange
+from bayou.errors import CorruptRecord, InvalidConfig, OffsetOutOfRange
 from bayou.records import Record, batch_crc, decode_records, encode_batch, iter_batches
 from bayou.records.batch import ATTR_SPARSE, decode_header
 from bayou.storage import LogConfig, PartitionLog
@@ -112,3 +112,17 @@ def test_huge_jump_starts_a_new_segment(tmp_path: Path) -> None:
     again = PartitionLog(tmp_path / "p", CFG)
     assert again.next_offset == far + 1
     again.close()
+
+
+def test_retention_by_segment_count_applies_as_segments_roll(tmp_path: Path) -> None:
+    lg = PartitionLog(tmp_path / "p", LogConfig(segment_bytes=64, retention_segments=2))
+    for _ in range(6):
+        lg.append(dense(1))  # every batch is over 64 bytes: each one rolls
+    assert len(lg.segments) == 2
+    assert lg.log_start_offset == 4 and lg.next_offset == 6
+    lg.close()
+
+
+def test_retention_segments_must_keep_two() -> None:
+    with pytest.raises(InvalidConfig):
+        LogConfig(retention_segments=1)

@@ -1,0 +1,366 @@
+"""The TANK protocol bound to the broker (tank.md; TANK 4.0 standalone behaviour).
+
+Frames are ``u8 msgId + u32 LE size + payload``; the broker pings once on accept. Requests are
+decoded by the sans-IO codec (``bayou.protocols.tank``) and dispatched through one table keyed by
+message id. Produce and the admin requests are answered in arrival order; a Consume that has to
+long-poll runs on its own so later requests on the connection overtake it (§1). Every write to a
+connection goes through one lock, because a consume response is written in pieces: its header from
+memory, then each chunk, stored TANK bundles straight from the segment file with os.sendfile
+(``zerocopy``) and records produced elsewhere converted once (``tank_store``).
+
+Malformed requests, unknown message ids (and the obsolete 0x4) close the connection without a
+reply, as TANK does; nothing stored changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from bayou.broker import Broker
+from bayou.errors import BayouError, InvalidTopicName, TopicAlreadyExists
+from bayou.protocols.tank import codec
+from bayou.protocols.tank import messages as m
+from bayou.protocols.tank.codes import ConsumeFlag, CreateTopicError, ReloadConfError, TankError
+from bayou.protocols.tank.framing import PING_FRAME, FrameReader, frame_header
+from bayou.server import zerocopy
+from bayou.server.base import Connection, Listener
+from bayou.server.tank_config import TankConfigError, parse_config, to_bayou, valid_topic_name
+from bayou.server.tank_store import (
+    MAX_FETCH,
+    U64_MAX,
+    Chunk,
+    FileRange,
+    first_available,
+    last_assigned,
+    produce_bundle,
+    read_chunk,
+)
+
+log = logging.getLogger("bayou.tank")
+
+VERSION = 400  # what TANK 4.0 reports in Status (major x 100 + minor)
+MAX_WAIT_MS = 3_600_000
+IDLE_FIRST_REQUEST_S = 16.0
+TOPIC_UNKNOWN = 0xFF
+PRODUCE_AFTER_WAKEUP_S = 0.05
+
+
+def normalise_max_wait(ms: int) -> float:
+    """Seconds until a long poll ends (§5.6): 0 stays 0; otherwise capped at one hour, rounded up
+    to 64 ms, at least 320 ms, and the deadline aligned up to 128 ms of the clock."""
+    if ms == 0:
+        return 0.0
+    wait = max(320, math.ceil(min(ms, MAX_WAIT_MS) / 64) * 64)
+    now = time.time() * 1000
+    deadline = math.ceil((now + wait) / 128) * 128
+    return (deadline - now) / 1000
+
+
+Entry = tuple[m.ConsumePartitionResult, Chunk | None, bool]  # (header entry, chunk, at the end)
+Answers = list[tuple[Any, list[Entry]]]
+
+
+class TankConnection:
+    """One client: its writer lock and the consumes it has waiting."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = asyncio.Lock()
+        self.polls: set[asyncio.Task[None]] = set()
+
+    async def send(self, msg_id: int, payload: bytes) -> None:
+        async with self.lock:
+            self.conn.writer.write(frame_header(msg_id, len(payload)) + payload)
+            await self.conn.writer.drain()
+
+
+class TankService:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.started = time.time()
+        self.handlers: dict[type[Any], Callable[[TankConnection, Any], Awaitable[None]]] = {
+            m.Produce: self._produce, m.Consume: self._consume, m.ConsumePeer: self._consume,
+            m.Ping: self._ping,
+            m.DiscoverPartitions: self._discover_partitions, m.CreateTopic: self._create_topic,
+            m.ReloadConf: self._reload_conf, m.Status: self._status,
+            m.DiscoverTopics: self._discover_topics, m.DiscoverTopology: self._topology,
+        }
+
+    async def handle(self, c: TankConnection, req: Any) -> None:
+        handler = self.handlers.get(type(req))
+        if handler is None:
+            raise TankError(f"{type(req).__name__} is not a request", close=True)
+        await handler(c, req)
+
+    async def _reply(self, c: TankConnection, resp: Any) -> None:
+        msg_id, payload = codec.encode_response(resp)
+        await c.send(msg_id, payload)
+
+    async def _ping(self, c: TankConnection, req: m.Ping) -> None:
+        return None  # the broker never answers pings
+
+    # -- produce -------------------------------------------------------------------------------
+
+    async def _produce(self, c: TankConnection, req: m.Produce) -> None:
+        results: list[m.ProduceTopicResult] = []
+        for topic in req.topics:
+            if topic.name not in self.broker.topics:
+                results.append(m.ProduceTopicResult(topic_error=TOPIC_UNKNOWN) if topic.entries
+                               else m.ProduceTopicResult())
+                continue
+            errors = []
+            for e in topic.entries:
+                base = e.base_seq if req.with_seqnum else None
+                errors.append(await produce_bundle(self.broker, topic.name, e.partition, e.bundle, base))
+            results.append(m.ProduceTopicResult(errors=tuple(errors)))
+        if c.polls:
+            # A consume of this connection that the append woke is answered first, as TANK does
+            # (§1); one that keeps waiting (min bytes not reached) does not hold the ack back long.
+            await asyncio.wait(set(c.polls), timeout=PRODUCE_AFTER_WAKEUP_S)
+        await self._reply(c, m.ProduceResponse(req.request_id, tuple(results)))
+
+    # -- consume -------------------------------------------------------------------------------
+
+    async def _resolve(self, topic: str, p: m.ConsumePartition) -> Entry:
+        """(entry, chunk, at end of partition) for one requested partition (§5.4)."""
+        if not 0 <= p.partition < self.broker.partition_count(topic):
+            return m.ConsumePartitionResult(p.partition, ConsumeFlag.UNKNOWN_PARTITION), None, False
+        last = last_assigned(self.broker, topic, p.partition)
+        first = await first_available(self.broker, topic, p.partition)
+        seq = p.seq
+        if seq == 0:
+            seq = first if first else last + 1
+        if seq == U64_MAX or seq == last + 1:
+            return m.ConsumePartitionResult(p.partition, ConsumeFlag.OK, first, last), None, True
+        if seq > last + 1 or seq < first:
+            return (m.ConsumePartitionResult(p.partition, ConsumeFlag.BOUNDARY_FAULT, 0, last, first),
+                    None, False)
+        chunk = await read_chunk(self.broker, topic, p.partition, seq, p.fetch_size)
+        flags = ConsumeFlag.SPARSE if chunk.sparse_first else ConsumeFlag.OK
+        return m.ConsumePartitionResult(p.partition, flags, chunk.base_seq, last), chunk, False
+
+    async def _consume(self, c: TankConnection, req: m.Consume | m.ConsumePeer) -> None:
+        """Consume (0x2), and ConsumePeer (0x9, a replica's consume: no request id, u16 counts;
+        standalone, the high water mark is the log end, so it reads the same data)."""
+        answers: Answers = []
+        immediate = req.max_wait == 0
+        for t in req.topics:
+            if t.name not in self.broker.topics:
+                answers.append((m.ConsumeUnknownTopic(t.name, len(t.partitions)), []))
+                immediate = True
+                continue
+            entries = [await self._resolve(t.name, p) for p in t.partitions]
+            immediate = immediate or any(not eop for _r, _c, eop in entries)
+            answers.append((t, entries))
+        if immediate:
+            await self._send_consume(c, req, answers)
+            return
+        task = asyncio.get_running_loop().create_task(self._long_poll(c, req, answers))
+        c.polls.add(task)
+        task.add_done_callback(c.polls.discard)
+
+    async def _long_poll(self, c: TankConnection, req: m.Consume | m.ConsumePeer,
+                         answers: Answers) -> None:
+        """Every requested partition is at its end: wait for appends worth ``min_bytes`` (§5.6)."""
+        deadline = time.monotonic() + normalise_max_wait(req.max_wait)
+        min_bytes = min(req.min_bytes, MAX_FETCH)
+        starts = {(t.name, r.partition): r.hwmark for t, entries in answers for r, _c, _e in entries}
+        while True:
+            grown: dict[tuple[str, int], Chunk] = {}
+            total = 0
+            for (topic, p), last in starts.items():
+                if topic not in self.broker.topics or p >= self.broker.partition_count(topic):
+                    continue
+                if last_assigned(self.broker, topic, p) > last:
+                    chunk = await read_chunk(self.broker, topic, p, last + 1, MAX_FETCH)
+                    if chunk.length:
+                        grown[(topic, p)] = chunk
+                        total += chunk.length
+            left = deadline - time.monotonic()
+            if grown and (total >= min_bytes or min_bytes == 0 or left <= 0):
+                break
+            if left <= 0 or self.broker.closing:
+                grown = {}
+                break
+            waits = [asyncio.ensure_future(self.broker.partition(t, p).wait_for_data(left))
+                     for (t, p) in starts if t in self.broker.topics and p < self.broker.partition_count(t)]
+            if not waits:
+                await asyncio.sleep(left)
+                continue
+            _done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for w in pending:
+                w.cancel()
+        out: Answers = []
+        for t, entries in answers:
+            rows: list[Entry] = []
+            for r, _chunk, _eop in entries:
+                key = (t.name, r.partition)
+                hw = (last_assigned(self.broker, t.name, r.partition)
+                      if t.name in self.broker.topics and r.partition < self.broker.partition_count(t.name)
+                      else r.hwmark)
+                ch = grown.get(key)
+                if ch is None:
+                    rows.append((m.ConsumePartitionResult(r.partition, ConsumeFlag.OK, 0, hw), None, False))
+                else:
+                    flags = ConsumeFlag.SPARSE if ch.sparse_first else ConsumeFlag.OK
+                    rows.append((m.ConsumePartitionResult(r.partition, flags, ch.base_seq, hw), ch, False))
+            out.append((t, rows))
+        with contextlib.suppress(ConnectionError):
+            await self._send_consume(c, req, out)
+
+    async def _send_consume(self, c: TankConnection, req: m.Consume | m.ConsumePeer,
+                            answers: Answers) -> None:
+        topics: list[m.ConsumeTopicAnswer] = []
+        chunks: list[Chunk] = []
+        lengths: list[int] = []
+        for t, entries in answers:
+            if isinstance(t, m.ConsumeUnknownTopic):
+                topics.append(t)
+                continue
+            topics.append(m.ConsumeTopicResult(t.name, tuple(r for r, _c, _e in entries)))
+            for _r, chunk, _e in entries:
+                lengths.append(chunk.length if chunk is not None else 0)
+                if chunk is not None and chunk.length:
+                    chunks.append(chunk)
+        if isinstance(req, m.ConsumePeer):
+            header = codec.encode_consume_peer_header(topics, lengths, framed=True)
+        else:
+            header = codec.encode_consume_header(req.request_id, topics, lengths, framed=True)
+        async with c.lock:
+            writer = c.conn.writer
+            writer.write(header)
+            for ch in chunks:
+                ranges: list[tuple[int, int]] = []
+                fd = -1
+                for piece in [*ch.pieces, b""]:
+                    if isinstance(piece, FileRange) and (fd == piece.fd or not ranges):
+                        fd = piece.fd
+                        ranges.append((piece.offset, piece.length))
+                        continue
+                    if ranges:  # one sendfile run per stretch of stored bundles
+                        await zerocopy.send_ranges(writer, fd, ranges)
+                        ranges = []
+                    if isinstance(piece, FileRange):
+                        fd = piece.fd
+                        ranges.append((piece.offset, piece.length))
+                    elif piece:
+                        writer.write(piece)
+            await writer.drain()
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    async def _discover_partitions(self, c: TankConnection, req: m.DiscoverPartitions) -> None:
+        entries: list[m.DiscoveredPartition] = []
+        if req.topic in self.broker.topics:
+            n = self.broker.partition_count(req.topic)
+            for p in req.partitions or tuple(range(n)):
+                if not 0 <= p < n:
+                    entries.append(m.DiscoveredPartition(U64_MAX, U64_MAX, fault=0xFB))
+                    continue
+                entries.append(m.DiscoveredPartition(await first_available(self.broker, req.topic, p),
+                                                     last_assigned(self.broker, req.topic, p)))
+        await self._reply(c, m.DiscoverPartitionsResponse(req.request_id, req.topic, tuple(entries)))
+
+    async def _create_topic(self, c: TankConnection, req: m.CreateTopic) -> None:
+        error = CreateTopicError.OK
+        if req.partitions == 0 or not valid_topic_name(req.topic):
+            error = CreateTopicError.INVALID_REQUEST
+        else:
+            try:
+                config = to_bayou(parse_config(req.config))
+                await self.broker.create_topic(req.topic, req.partitions, config)
+            except TankConfigError:
+                error = CreateTopicError.INVALID_CONFIG
+            except TopicAlreadyExists:
+                error = CreateTopicError.ALREADY_EXISTS
+            except InvalidTopicName:
+                error = CreateTopicError.INVALID_REQUEST
+            except BayouError:
+                error = CreateTopicError.SYSTEM_ERROR
+        await self._reply(c, m.CreateTopicResponse(req.request_id, req.topic, error))
+
+    async def _reload_conf(self, c: TankConnection, req: m.ReloadConf) -> None:
+        """Re-read ``<data>/topics/<topic>/<partition>/config`` (TANK reads a per-partition file,
+        §8) and apply it: bayou's configuration is per topic, so it applies to the whole topic."""
+        error = ReloadConfError.OK
+        if req.topic not in self.broker.topics:
+            error = ReloadConfError.UNKNOWN_TOPIC
+        elif not 0 <= req.partition < self.broker.partition_count(req.topic):
+            error = ReloadConfError.UNKNOWN_PARTITION
+        else:
+            path = Path(self.broker.config.data_dir) / "topics" / req.topic / str(req.partition) / "config"
+            try:
+                text = path.read_text()
+            except (OSError, UnicodeDecodeError):
+                text = ""
+            if not text.strip():
+                error = ReloadConfError.SYSTEM_ERROR
+            else:
+                try:
+                    changes: dict[str, str | None] = dict(to_bayou(parse_config(text)))
+                    await self.broker.alter_topic_config(req.topic, changes)
+                except (TankConfigError, BayouError):
+                    error = ReloadConfError.PARSE_FAILURE
+        await self._reply(c, m.ReloadConfResponse(req.request_id, req.topic, req.partition, error))
+
+    async def _status(self, c: TankConnection, req: m.Status) -> None:
+        partitions = sum(len(t.partitions) for t in self.broker.topics.values())
+        await self._reply(c, m.StatusResponse(req.request_id, len(self.broker.topics), partitions,
+                                              open_partitions=partitions, open_time_ms=0,
+                                              start_time=int(self.started), version=VERSION))
+
+    async def _discover_topics(self, c: TankConnection, req: m.DiscoverTopics) -> None:
+        topics = tuple(m.TopicInfo(name, len(t.partitions)) for name, t in sorted(self.broker.topics.items()))
+        await self._reply(c, m.DiscoverTopicsResponse(req.request_id, topics))
+
+    async def _topology(self, c: TankConnection, req: m.DiscoverTopology) -> None:
+        await self._reply(c, m.DiscoverTopologyResponse(req.request_id))
+
+
+def tank_handler(service: TankService) -> Callable[[Connection, Listener], Awaitable[None]]:
+    async def serve(conn: Connection, listener: Listener) -> None:
+        zerocopy.prepare(conn.writer)
+        c = TankConnection(conn)
+        conn.writer.write(PING_FRAME)  # once, on accept (§1)
+        reader = FrameReader()
+        requested = False
+        try:
+            while not listener.draining:
+                try:
+                    if requested:
+                        data = await conn.reader.read(listener.limits.read_size)
+                    else:  # a connection that never sends a request is closed after ~16 s
+                        data = await asyncio.wait_for(conn.reader.read(listener.limits.read_size),
+                                                      IDLE_FIRST_REQUEST_S)
+                except TimeoutError:
+                    return
+                if not data:
+                    return
+                try:
+                    frames = reader.feed(data)
+                    for frame in frames:
+                        req = codec.decode_request(frame.msg_id, frame.payload)
+                        requested = True
+                        conn.busy += 1
+                        try:
+                            await service.handle(c, req)
+                        finally:
+                            conn.busy -= 1
+                except TankError as exc:
+                    log.info("closing TANK connection: %s", exc, extra={"peer": conn.peer})
+                    return
+        finally:
+            for task in list(c.polls):
+                task.cancel()
+
+    return serve
+
+
+__all__ = ["TankService", "tank_handler"]

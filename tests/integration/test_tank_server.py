@@ -1,0 +1,244 @@
+"""The TANK listener over real sockets: produce and consume semantics (sparse seqs, boundaries,
+long polls), zero-copy serving of stored bundles, records crossing to and from the V1 protocol,
+bad input (error codes, closed connections, nothing stored changes) and restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from tests.support.brokers import LineConn
+from tests.support.tank import PING, TankConn, start_tank, tank_port
+
+from bayou.protocols.tank import messages as m
+from bayou.protocols.tank.bundles import TankMessage, decode_chunk, encode_bundle
+from bayou.server import zerocopy
+from bayou.server.app import BayouServer
+from bayou.server.tank_store import FileRange, read_chunk
+
+pytestmark = pytest.mark.asyncio
+U64 = 2**64 - 1
+
+
+@pytest_asyncio.fixture
+async def server(tmp_path: Path) -> AsyncIterator[BayouServer]:
+    srv = await start_tank(tmp_path / "data", with_rtes=True)
+    yield srv
+    await srv.stop()
+
+
+async def conn(server: BayouServer) -> TankConn:
+    return await TankConn.open(tank_port(server))
+
+
+def bundle(*values: bytes, ts: int = 1_700_000_000_000, keys: tuple[bytes | None, ...] = ()) -> bytes:
+    msgs = [TankMessage(0, ts, keys[i] if i < len(keys) else None, v) for i, v in enumerate(values)]
+    return encode_bundle(msgs)
+
+
+def sparse(*seqs: int) -> bytes:
+    return encode_bundle([TankMessage(s, 1, None, b"s%d" % s) for s in seqs], sparse=True)
+
+
+async def produce(c: TankConn, topic: str, part: int, b: bytes, *, seq: int = 0) -> int:
+    resp = await c.call(m.Produce(1, (m.ProduceTopic(topic, (m.ProduceEntry(part, b, seq),)),),
+                                  with_seqnum=bool(seq)))
+    assert isinstance(resp, m.ProduceResponse)
+    group = resp.topics[0]
+    return group.topic_error if group.topic_error is not None else group.errors[0]
+
+
+async def consume(c: TankConn, topic: str, part: int, seq: int, *, fetch: int = 1 << 20, max_wait: int = 0,
+                  min_bytes: int = 0) -> m.ConsumePartitionResult:
+    resp = await c.call(m.Consume(7, (m.ConsumeTopic(topic, (m.ConsumePartition(part, seq, fetch),)),),
+                                  max_wait=max_wait, min_bytes=min_bytes))
+    assert isinstance(resp, m.ConsumeResponse)
+    topic_result = resp.topics[0]
+    assert isinstance(topic_result, m.ConsumeTopicResult)
+    return topic_result.partitions[0]
+
+
+def messages(p: m.ConsumePartitionResult) -> list[tuple[int, bytes]]:
+    return [(x.seq, x.value) for x in decode_chunk(p.chunk, p.base_seq, sparse_first=p.flags == 0xFE)]
+
+
+async def create(c: TankConn, topic: str, partitions: int = 1, config: str = "") -> int:
+    resp = await c.call(m.CreateTopic(1, topic, partitions, config))
+    assert isinstance(resp, m.CreateTopicResponse)
+    return resp.error
+
+
+async def test_ping_on_accept_and_a_full_round_trip(server: BayouServer) -> None:
+    c = await conn(server)
+    assert await c.read_exactly(5) == PING
+    assert await create(c, "events", 2) == 0
+    assert await produce(c, "events", 0, bundle(b"a", b"b", b"c")) == 0
+    assert await produce(c, "events", 0, bundle(b"d")) == 0
+    p = await consume(c, "events", 0, 0)
+    assert (p.flags, p.base_seq, p.hwmark) == (0, 1, 4)
+    assert messages(p) == [(1, b"a"), (2, b"b"), (3, b"c"), (4, b"d")]
+    p = await consume(c, "events", 0, 3)  # starts at the bundle holding seq 3
+    assert p.base_seq == 1 and messages(p)[0] == (1, b"a")
+    await c.close()
+
+
+async def test_sparse_bundles_and_seq_rules(server: BayouServer) -> None:
+    c = await conn(server)
+    await create(c, "sp")
+    assert await produce(c, "sp", 0, sparse(100, 101, 102, 103), seq=100) == 0
+    assert await produce(c, "sp", 0, sparse(200, 203, 206, 209)) == 0  # sparse through plain 0x1
+    assert await produce(c, "sp", 0, sparse(150)) == 0xA  # at or below the high water mark
+    assert await produce(c, "sp", 0, bundle(b"plain")) == 0  # continues at 210
+    p = await consume(c, "sp", 0, 0)
+    assert p.flags == 0xFE and p.hwmark == 210
+    assert messages(p) == [(100, b"s100"), (101, b"s101"), (102, b"s102"), (103, b"s103"), (200, b"s200"),
+                           (203, b"s203"), (206, b"s206"), (209, b"s209"), (210, b"plain")]
+    p = await consume(c, "sp", 0, 150)  # in a gap: the next bundle
+    assert messages(p)[0] == (200, b"s200")
+    p = await consume(c, "sp", 0, 5)  # below the first available
+    assert (p.flags, p.base_seq, p.hwmark, p.first_available) == (1, 0, 210, 100)
+    p = await consume(c, "sp", 0, 500)  # past the end
+    assert (p.flags, p.first_available) == (1, 100)
+    resp = await c.call(m.DiscoverPartitions(3, "sp"))
+    assert isinstance(resp, m.DiscoverPartitionsResponse)
+    assert [(d.first_available, d.hwmark) for d in resp.partitions] == [(100, 210)]
+    await c.close()
+
+
+async def test_tank_bundles_are_served_from_the_file(server: BayouServer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    c = await conn(server)
+    await create(c, "zc")
+    for i in range(5):
+        assert await produce(c, "zc", 0, bundle(*(b"v%d-%d" % (i, j) for j in range(100)))) == 0
+    chunk = await read_chunk(server.broker, "zc", 0, 1, 1 << 20)
+    assert chunk.pieces and all(isinstance(p, FileRange) for p in chunk.pieces)
+    sent: list[int] = []
+    real = zerocopy.send_ranges
+
+    async def counting(writer, fd, ranges, executor=None):  # type: ignore[no-untyped-def]
+        sent.append(sum(n for _o, n in ranges))
+        return await real(writer, fd, ranges, executor)
+
+    monkeypatch.setattr(zerocopy, "send_ranges", counting)
+    p = await consume(c, "zc", 0, 1)
+    assert len(messages(p)) == 500 and sum(sent) == len(p.chunk)
+    await c.close()
+
+
+async def test_records_cross_between_tank_and_v1(server: BayouServer) -> None:
+    c = await conn(server)
+    line = await LineConn.open(server.listeners["rtes"].port)
+    assert (await line.ask("V1|1|ADMIN_CREATE_TOPIC|mixed 1 1")).startswith("V1|1|OK")
+    assert (await line.ask("V1|2|PRODUCE|mixed user1:hello acks=1")).startswith("V1|2|OK")
+    assert await produce(c, "mixed", 0, bundle(b"from-tank", keys=(b"k9",), ts=1_600_000_000_123)) == 0
+    p = await consume(c, "mixed", 0, 0)
+    got = decode_chunk(p.chunk, p.base_seq, sparse_first=False)
+    assert [(x.seq, x.key, x.value) for x in got] == [(1, b"user1", b"hello"), (2, b"k9", b"from-tank")]
+    assert got[1].timestamp == 1_600_000_000_123
+    reply = await line.ask("V1|3|CONSUME|mixed 0 0")
+    assert reply.startswith("V1|3|OK|messages=0:hello") and "1:from-tank" in reply, reply
+    await line.close()
+    await c.close()
+
+
+async def test_long_poll_wakes_on_data_and_times_out(server: BayouServer) -> None:
+    c = await conn(server)
+    await create(c, "lp")
+    t0 = time.monotonic()
+    p = await consume(c, "lp", 0, U64, max_wait=100)
+    elapsed = time.monotonic() - t0
+    assert (p.flags, p.base_seq, p.hwmark, len(p.chunk)) == (0, 0, 0, 0)
+    assert 0.3 <= elapsed < 2.0  # 100 ms becomes at least 320 ms (§5.6)
+    waiter = asyncio.create_task(consume(c, "lp", 0, U64, max_wait=10_000, min_bytes=100))
+    other = await conn(server)
+    await asyncio.sleep(0.2)
+    assert await produce(other, "lp", 0, bundle(b"small")) == 0  # below min bytes: still waiting
+    await asyncio.sleep(0.3)
+    assert not waiter.done()
+    assert await produce(other, "lp", 0, bundle(b"x" * 200)) == 0
+    p = await asyncio.wait_for(waiter, 5)
+    assert p.base_seq == 1 and messages(p) == [(1, b"small"), (2, b"x" * 200)]
+    await other.close()
+    await c.close()
+
+
+async def test_bad_bundles_get_error_10_and_store_nothing(server: BayouServer) -> None:
+    c = await conn(server)
+    await create(c, "bad")
+    assert await produce(c, "bad", 0, bundle(b"good")) == 0
+    good = bundle(b"one", b"two", b"three")
+    cases = [
+        good[:-2],  # truncated message set
+        b"\x0c" + good[1:8],  # counts more messages than the payload holds
+        b"\x00\xff\xff\xff\xff\xff\x01",  # invalid varint count
+        b"\x05\x10garbage that is not snappy",  # Snappy garbage
+        b"\x00\x00",  # count 0
+        b"\x84" + good[1:],  # flag bit 7
+        good + b"\x00",  # bytes after the last message
+    ]
+    for b in cases:
+        assert await produce(c, "bad", 0, b) == 0xA, b
+    assert await produce(c, "nosuch", 0, good) == 0xFF
+    assert await produce(c, "bad", 3, good) == 0x1
+    p = await consume(c, "bad", 0, 0)
+    assert messages(p) == [(1, b"good")] and p.hwmark == 1
+    await c.close()
+
+
+@pytest.mark.parametrize("frame", [
+    b"\x04\x02\x00\x00\x00\x01\x00",  # obsolete RegReplica
+    b"\x42\x00\x00\x00\x00",  # unknown message id
+    b"\x01\x03\x00\x00\x00\x02\x00\x01",  # truncated produce
+    b"\x02\x00\x00\x00\x20",  # declared payload over 256 MiB
+])
+async def test_malformed_frames_close_only_that_connection(server: BayouServer, frame: bytes) -> None:
+    c = await conn(server)
+    await create(c, "keep")
+    assert await produce(c, "keep", 0, bundle(b"kept")) == 0
+    bad = await conn(server)
+    await bad.send(frame)
+    assert await bad.is_closed()
+    p = await consume(c, "keep", 0, 0)
+    assert messages(p) == [(1, b"kept")]
+    await c.close()
+
+
+async def test_names_config_status_and_topology(server: BayouServer) -> None:
+    c = await conn(server)
+    assert await create(c, "bad.name") == 10
+    assert await create(c, "zero", 0) == 10
+    assert await create(c, "cfg", 2, "log.segment.bytes=1\n") == 4
+    assert await create(c, "cfg", 2, "log.retention.secs=1h\nretention.segments.count=3\n") == 0
+    assert await create(c, "cfg", 2) == 1
+    assert server.broker.describe_topic("cfg").config["retention.ms"] == "3600000"
+    status = await c.call(m.Status(5))
+    assert isinstance(status, m.StatusResponse)
+    assert (status.topics, status.partitions, status.version) == (1, 2, 400)
+    topics = await c.call(m.DiscoverTopics(6))
+    assert isinstance(topics, m.DiscoverTopicsResponse)
+    assert [(t.name, t.partitions) for t in topics.topics] == [("cfg", 2)]
+    topo = await c.call(m.DiscoverTopology(7))
+    assert isinstance(topo, m.DiscoverTopologyResponse) and topo.cluster_name is None
+    await c.close()
+
+
+async def test_sparse_data_survives_a_restart(tmp_path: Path) -> None:
+    srv = await start_tank(tmp_path / "data")
+    c = await TankConn.open(tank_port(srv))
+    await create(c, "keep")
+    assert await produce(c, "keep", 0, sparse(1000, 1005)) == 0
+    await c.close()
+    await srv.stop()
+    srv = await start_tank(tmp_path / "data")
+    c = await TankConn.open(tank_port(srv))
+    p = await consume(c, "keep", 0, 0)
+    assert messages(p) == [(1000, b"s1000"), (1005, b"s1005")] and p.hwmark == 1005
+    assert await produce(c, "keep", 0, bundle(b"next")) == 0
+    assert messages(await consume(c, "keep", 0, 1006)) == [(1006, b"next")]
+    await c.close()
+    await srv.stop()
