@@ -242,3 +242,17 @@ async def test_sparse_data_survives_a_restart(tmp_path: Path) -> None:
     assert messages(await consume(c, "keep", 0, 1006)) == [(1006, b"next")]
     await c.close()
     await srv.stop()
+
+
+async def test_a_connection_that_never_sends_is_closed(server: BayouServer,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import bayou.server.tank as tank_module
+
+    monkeypatch.setattr(tank_module, "IDLE_FIRST_REQUEST_S", 0.3)  # TANK: about 16 s
+    idle = await conn(server)
+    busy = await conn(server)
+    await create(busy, "idle")
+    assert await idle.is_closed(timeout=3)
+    await asyncio.sleep(0.5)
+    assert await create(busy, "idle") == 1  # a connection that has sent a request stays open
+    await busy.close()
