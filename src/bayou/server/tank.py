@@ -115,10 +115,12 @@ class TankService:
                 results.append(m.ProduceTopicResult(topic_error=TOPIC_UNKNOWN) if topic.entries
                                else m.ProduceTopicResult())
                 continue
-            errors = []
-            for e in topic.entries:
-                base = e.base_seq if req.with_seqnum else None
-                errors.append(await produce_bundle(self.broker, topic.name, e.partition, e.bundle, base))
+            # Each append happens, in request order, before its coroutine first waits (for the
+            # fsync under fsync=always), so the entries of one request share group commits.
+            errors = await asyncio.gather(*(
+                produce_bundle(self.broker, topic.name, e.partition, e.bundle,
+                               e.base_seq if req.with_seqnum else None)
+                for e in topic.entries))
             results.append(m.ProduceTopicResult(errors=tuple(errors)))
         if c.polls:
             # A consume of this connection that the append woke is answered first, as TANK does
