@@ -41,6 +41,8 @@ MSG_HAVE_KEY = 0x01
 MSG_USE_LAST_TS = 0x02
 MSG_SEQ_PREV_PLUS_ONE = 0x04
 MAX_DECOMPRESSED = 256 * 1024 * 1024
+MIN_MESSAGE_SIZE = 2  # flags byte + content length varint
+U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
 _U64 = struct.Struct("<Q")
 
@@ -106,7 +108,7 @@ def parse_bundle_header(bundle: Buffer) -> BundleHeader:
     if count == 0:
         count, pos = read_varint(bundle, pos, end)
         if count == 0:
-            raise CorruptRecord("bundle with no messages")
+            raise CorruptRecord("bundle message count 0")
     first = last = 0
     sparse = bool(flags & FLAG_SPARSE)
     if sparse:
@@ -118,19 +120,25 @@ def parse_bundle_header(bundle: Buffer) -> BundleHeader:
         if count > 1:
             gap, pos = read_varint(bundle, pos, end)
             last = first + gap + 1
-        if last - first + 1 < count:
-            raise CorruptRecord("sparse bundle spans fewer sequence numbers than it holds messages")
-        if first == 0:
-            raise CorruptRecord("sequence number 0 does not exist")
+        if last > U64_MAX:
+            raise CorruptRecord("sparse bundle last seq past 2^64-1")
+    # Every message takes at least 2 bytes: a tiny bundle cannot claim billions of seqs.
+    room = end - pos
+    if codec == CODEC_SNAPPY and room:
+        room, _ = read_varint(bundle, pos, end)
+    if room < count * MIN_MESSAGE_SIZE:
+        raise CorruptRecord(f"message set of {room} bytes cannot hold {count} messages")
     return BundleHeader(codec, count, sparse, first, last, pos)
 
 
 @dataclass(frozen=True, slots=True)
 class TankMessage:
-    seq: int
-    timestamp: int
-    key: bytes | None
-    value: bytes
+    """One message. ``key`` None means no key; b"" is an empty key (only flag bit 0 says which)."""
+
+    seq: int = 0
+    timestamp: int = 0
+    key: bytes | None = None
+    value: bytes = b""
 
 
 def decode_bundle(bundle: Buffer, base_seq: int, *, max_decompressed: int = MAX_DECOMPRESSED
@@ -144,11 +152,13 @@ def decode_bundle(bundle: Buffer, base_seq: int, *, max_decompressed: int = MAX_
         raw = bytes(memoryview(bundle)[h.size :])
         declared, _ = read_varint(raw, 0, len(raw))
         if declared > max_decompressed:
-            raise CorruptRecord(f"Snappy message set of {declared} bytes is too large")
+            raise CorruptRecord(f"message set inflates to {declared} bytes (limit {max_decompressed})")
         try:
             data = bytes(cramjam.snappy.decompress_raw(raw))
         except cramjam.DecompressionError as exc:
             raise CorruptRecord(f"bad Snappy data: {exc}") from None
+        if len(data) != declared:
+            raise CorruptRecord("Snappy block size mismatch")
         pos, end = 0, len(data)
     out: list[TankMessage] = []
     seq = h.first_seq if h.sparse else base_seq
@@ -180,12 +190,16 @@ def decode_bundle(bundle: Buffer, base_seq: int, *, max_decompressed: int = MAX_
             pos += 1 + klen
             if len(key) != klen:
                 raise CorruptRecord("truncated message key")
+        if seq > U64_MAX:
+            raise CorruptRecord("message seq past 2^64-1")
         vlen, pos = read_varint(data, pos, end)
         value = bytes(data[pos : pos + vlen])
         if len(value) != vlen:
             raise CorruptRecord("truncated message content")
         pos += vlen
         out.append(TankMessage(seq, ts, key, value))
+    if pos != end:
+        raise CorruptRecord(f"{end - pos} bytes after the bundle's {h.count} messages")
     return out
 
 
@@ -196,13 +210,15 @@ def check_bundle(bundle: Buffer, h: BundleHeader | None = None, *,
     messages: what the broker does before storing a bundle, so nothing unreadable is ever stored.
     Raises ``CorruptRecord``."""
     h = parse_bundle_header(bundle) if h is None else h
+    if h.sparse and h.span < h.count:
+        raise CorruptRecord("sparse bundle spans fewer sequence numbers than it holds messages")
     data: Buffer = bundle
     pos, end = h.size, len(bundle)
     if h.codec == CODEC_SNAPPY:
         raw = bytes(memoryview(bundle)[h.size :])
         declared, _ = read_varint(raw, 0, len(raw))
         if declared > max_decompressed:
-            raise CorruptRecord(f"Snappy message set of {declared} bytes is too large")
+            raise CorruptRecord(f"message set inflates to {declared} bytes (limit {max_decompressed})")
         try:
             data = bytes(cramjam.snappy.decompress_raw(raw))
         except cramjam.DecompressionError as exc:

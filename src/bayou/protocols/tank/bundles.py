@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import cramjam
 
+from bayou.errors import CorruptRecord
 from bayou.protocols.tank.codes import BundleError, TankError
 from bayou.protocols.tank.wire import (
     U64,
@@ -31,6 +32,7 @@ from bayou.protocols.tank.wire import (
     enc_bytes8,
     encode_varint,
 )
+from bayou.records import tank as stored
 
 FLAG_CODEC = 0x03
 FLAG_COUNT_SHIFT = 2
@@ -53,14 +55,7 @@ class Codec(enum.IntEnum):
     SNAPPY = 1  # the raw block format: varint uncompressed length + Snappy data (tank.md 3.3)
 
 
-@dataclass(frozen=True, slots=True)
-class TankMessage:
-    """One message. ``key`` None means no key; b"" is an empty key (only bit0 says which)."""
-
-    seq: int = 0
-    timestamp: int = 0
-    key: bytes | None = None
-    value: bytes = b""
+TankMessage = stored.TankMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,61 +84,14 @@ def decode_bundle_header(bundle: Buffer, pos: int = 0, end: int | None = None) -
     Raises ``BundleError`` for an empty or truncated header, flag bit 7, a codec other than 0/1,
     count 0, a sparse range past 2^64-1, or a message set too short for its count (every message
     takes at least 2 bytes; for Snappy the uncompressed length is read from the block's preamble).
-    That last check costs nothing and stops a 10-byte bundle from claiming four billion seqs.
+    The parsing itself is the storage layer's (``bayou.records.tank``), which the broker uses too.
     """
-    stop = len(bundle) if end is None else end
-    start = pos
-    if pos >= stop:
-        raise BundleError("empty bundle")
-    flags = bundle[pos]
-    pos += 1
-    if flags & FLAG_EXTRA:
-        raise BundleError("bundle flag bit 7 (extra flags byte) is not supported")
-    codec = flags & FLAG_CODEC
-    if codec not in (Codec.NONE, Codec.SNAPPY):
-        raise BundleError(f"bundle codec {codec}")
-    count = (flags >> FLAG_COUNT_SHIFT) & FLAG_COUNT
     try:
-        if count == 0:
-            count, pos = decode_varint(bundle, pos, stop)
-        if count == 0:
-            raise BundleError("bundle message count 0")
-        first_seq = last_seq = None
-        sparse = bool(flags & FLAG_SPARSE)
-        if sparse:
-            if stop - pos < 8:
-                raise BundleError("sparse bundle header truncated")
-            (first_seq,) = U64.unpack_from(bundle, pos)
-            pos += 8
-            last_seq = first_seq
-            if count != 1:
-                delta, pos = decode_varint(bundle, pos, stop)
-                last_seq = first_seq + delta + 1
-                if last_seq > U64_MAX:
-                    raise BundleError("sparse bundle last seq past 2^64-1")
-        room = stop - pos
-        if codec == Codec.SNAPPY and room:
-            room, _ = decode_varint(bundle, pos, stop)
-    except BundleError:
-        raise
-    except TankError as exc:
-        raise BundleError(f"bundle header: {exc.message}") from None
-    if room < count * MIN_MESSAGE_SIZE:
-        raise BundleError(f"message set of {room} bytes cannot hold {count} messages")
-    return BundleHeader(codec, count, sparse, first_seq, last_seq, pos - start)
-
-
-def _unsnappy(data: bytes, limit: int) -> bytes:
-    try:
-        n = int(cramjam.snappy.decompress_raw_len(data))
-        if n > limit:
-            raise BundleError(f"message set inflates to {n} bytes (limit {limit})")
-        out = bytes(cramjam.snappy.decompress_raw(data))
-    except cramjam.DecompressionError as exc:
-        raise BundleError(f"snappy: {exc}") from None
-    if len(out) != n:
-        raise BundleError("snappy block size mismatch")
-    return out
+        h = stored.parse_bundle_header(memoryview(bundle)[pos:end])
+    except CorruptRecord as exc:
+        raise BundleError(f"bundle header: {exc}") from None
+    return BundleHeader(h.codec, h.count, h.sparse, h.first_seq if h.sparse else None,
+                        h.last_seq if h.sparse else None, h.size)
 
 
 def decode_bundle(bundle: Buffer, base_seq: int, *,
@@ -154,62 +102,13 @@ def decode_bundle(bundle: Buffer, base_seq: int, *,
     message set must hold exactly ``count`` messages and nothing else; anything malformed, a
     Snappy block that does not decode or would inflate past ``max_uncompressed``, or a seq past
     2^64-1 raises ``BundleError``. A first message that reuses the previous timestamp gets 0, as
-    in TANK's client. Unknown message flag bits are ignored, as in TANK's client.
+    in TANK's client. Unknown message flag bits are ignored, as in TANK's client. The decoder is
+    the storage layer's (``bayou.records.tank``).
     """
-    raw = bytes(bundle)
-    h = decode_bundle_header(raw)
-    msgset = raw[h.header_size :]
-    if h.codec == Codec.SNAPPY:
-        msgset = _unsnappy(msgset, max_uncompressed)
-    out: list[TankMessage] = []
-    pos = 0
-    n = len(msgset)
-    ts = 0
-    last = h.count - 1
-    first_seq, last_seq = h.seqs(base_seq)
-    prev = first_seq - 1
     try:
-        for i in range(h.count):
-            if pos >= n:
-                raise BundleError(f"message set ends after {i} of {h.count} messages")
-            flags = msgset[pos]
-            pos += 1
-            if not h.sparse or flags & MSG_SEQ_PREV_PLUS_ONE:
-                seq = prev + 1
-            elif i == 0:
-                seq = first_seq
-            elif i == last:
-                seq = last_seq
-            else:
-                delta, pos = decode_varint(msgset, pos, n)
-                seq = prev + delta + 1
-            if seq > U64_MAX:
-                raise BundleError("message seq past 2^64-1")
-            if not flags & MSG_USE_LAST_TS:
-                if n - pos < 8:
-                    raise BundleError("message timestamp truncated")
-                (ts,) = U64.unpack_from(msgset, pos)
-                pos += 8
-            key = None
-            if flags & MSG_HAVE_KEY:
-                if pos >= n or msgset[pos] > n - pos - 1:
-                    raise BundleError("message key truncated")
-                klen = msgset[pos]
-                key = msgset[pos + 1 : pos + 1 + klen]
-                pos += 1 + klen
-            length, pos = decode_varint(msgset, pos, n)
-            if length > n - pos:
-                raise BundleError("message content truncated")
-            out.append(TankMessage(seq, ts, key, msgset[pos : pos + length]))
-            pos += length
-            prev = seq
-    except BundleError:
-        raise
-    except TankError as exc:
-        raise BundleError(f"message set: {exc.message}") from None
-    if pos != n:
-        raise BundleError(f"{n - pos} bytes after the bundle's {h.count} messages")
-    return out
+        return stored.decode_bundle(bundle, base_seq, max_decompressed=max_uncompressed)
+    except CorruptRecord as exc:
+        raise BundleError(f"message set: {exc}") from None
 
 
 def client_would_compress(messages: Sequence[TankMessage]) -> bool:
