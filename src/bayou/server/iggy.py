@@ -70,6 +70,7 @@ from bayou.protocols.iggy.stored import (
     legacy_messages,
     legacy_messages_uniform,
     legacy_send_frames,
+    mint_uuid4,
     vsr_record,
     vsr_send_frames,
 )
@@ -837,7 +838,7 @@ class IggyService:
         """A messages-key send keeps its key, so it is stored as records (key included)."""
         self._permit(s, "send", stream.id, topic.id)
         ms = now_us() // 1000
-        records = [Record(r.value, r.key, ms, r.headers, r.message_id or _mint())
+        records = [Record(r.value, r.key, ms, r.headers, r.message_id or mint_uuid4())
                    for r in send_to_records(req)]
         result = await self.broker.produce(topic.topic, partition, encode_batch(records), Acks.LEADER,
                                            create=False)
@@ -1167,11 +1168,6 @@ class IggyService:
 def _check_name(name: str, status: Status) -> None:
     if not name or len(name.encode()) > 255:
         raise IggyError(status, "names are 1..255 bytes")
-
-
-def _mint() -> int:
-    from bayou.protocols.iggy.stored import mint_uuid4
-    return mint_uuid4()
 
 
 def _meminfo() -> dict[str, int]:

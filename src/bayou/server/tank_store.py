@@ -88,8 +88,6 @@ async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: byt
         # A non-sparse bundle at an explicit seq: TANK's own readers count it from the previous
         # bundle, so it could never be read back at that seq; bayou refuses it.
         return PRODUCE_INVALID_SEQ
-    if at is not None and at < broker.partition(topic, partition).log.next_offset:
-        return PRODUCE_INVALID_SEQ  # first seq at or below the high water mark
     now = time.time_ns() // 1_000_000
     attributes = FORMAT_TANK << 8 | (ATTR_SPARSE if h.sparse else 0)
     batch = assemble_batch(write_varint(len(bundle)) + bundle, record_count=h.count, base_offset=0,
@@ -97,7 +95,7 @@ async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: byt
                            last_offset_delta=h.span - 1)
     try:
         await broker.produce(topic, partition, batch, Acks.LEADER, create=False, at_offset=at)
-    except OffsetOutOfRange:
+    except OffsetOutOfRange:  # a sparse first seq at or below the high water mark
         return PRODUCE_INVALID_SEQ
     except BayouError:
         return PRODUCE_SYSTEM_ERROR
