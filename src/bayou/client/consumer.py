@@ -1,0 +1,264 @@
+"""The consumer: assign partitions or join a group, poll records (or Arrow batches), commit, seek.
+
+A group here is an Iggy consumer group of the topic (bayou knows it as ``iggy.<topic>.<group>``,
+so an Iggy client of the same group shares its members, partitions and offsets). The broker deals
+partitions to the members and rebalances when one joins or leaves (or its connection drops); the
+consumer re-reads its share every ``rebalance_check_ms`` and on every commit. Committed offsets
+follow Kafka's convention (the next offset to read); Iggy stores the last consumed one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from bayou.client import ops
+from bayou.client.client import Client
+from bayou.client.errors import BayouClientError
+from bayou.protocols.iggy import messages as m
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+def records_of(batch: pa.RecordBatch) -> list[ConsumerRecord]:
+    """The rows of a ``KAFKA_SCHEMA`` batch as records."""
+    cols = batch.to_pydict()
+    out = []
+    for i in range(batch.num_rows):
+        ts = cols["timestamp"][i]
+        out.append(ConsumerRecord(cols["topic"][i], cols["partition"][i], cols["offset"][i],
+                                  int(ts.timestamp() * 1000) if ts is not None else 0, cols["key"][i],
+                                  cols["value"][i],
+                                  tuple((h["key"], h["value"]) for h in cols["headers"][i] or ())))
+    return out
+
+
+class Consumer:
+    """A blocking consumer.
+
+    ``assign([...])`` reads the given partitions with positions kept here (commits need a
+    ``group_id``); ``subscribe([...])`` joins ``group_id`` on each topic and reads the partitions the
+    broker gives this member. A partition without a committed offset starts at
+    ``auto_offset_reset`` ("earliest" or "latest"). With ``enable_auto_commit`` the positions are
+    committed every ``auto_commit_interval_ms`` and on ``close``.
+    """
+
+    def __init__(self, bootstrap: str = "127.0.0.1:8090", *, group_id: str | None = None,
+                 username: str = "iggy", password: str = "iggy", auto_offset_reset: str = "latest",
+                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
+                 max_poll_records: int = 500, rebalance_check_ms: int = 1000, timeout: float = 30.0) -> None:
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError(f"auto_offset_reset must be earliest or latest, not {auto_offset_reset!r}")
+        self.client = Client(bootstrap, username=username, password=password, timeout=timeout)
+        self.group_id = group_id
+        self.auto_offset_reset = auto_offset_reset
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_s = auto_commit_interval_ms / 1000
+        self.max_poll_records = max_poll_records
+        self.rebalance_s = rebalance_check_ms / 1000
+        self._subscribed: list[str] = []
+        self._assigned: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._committed_pos: dict[TopicPartition, int] = {}
+        self._next_check = 0.0
+        self._next_commit = time.monotonic() + self.auto_commit_s
+        self._rr = 0
+        self._member_id: int | None = None
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        while True:
+            yield from self.poll(1000)
+
+    # -- assignment ------------------------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._leave()
+        self._subscribed = []
+        self._assigned = sorted(set(partitions))
+        self._positions = {tp: p for tp, p in self._positions.items() if tp in self._assigned}
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        if self.group_id is None:
+            raise BayouClientError("subscribe needs a group_id (or use assign)")
+        self._leave()
+        self._subscribed = list(dict.fromkeys(topics))
+        for topic in self._subscribed:
+            addr: ops.Address = self.client.run(ops.ensure_group(self.client.resolver, self.group_id, topic))
+            self.client.conn.call(m.JoinConsumerGroup(*addr, m.Identifier(self.group_id)))
+        self._refresh_assignment(force=True)
+
+    def assignment(self) -> set[TopicPartition]:
+        self._refresh_assignment()
+        return set(self._assigned)
+
+    def _refresh_assignment(self, force: bool = False) -> None:
+        if not self._subscribed or self.group_id is None:
+            return
+        now = time.monotonic()
+        if not force and now < self._next_check:
+            return
+        self._next_check = now + self.rebalance_s
+        if self._member_id is None:
+            me = self.client.conn.call(m.GetMe())
+            self._member_id = me.client.client_id
+        owned: list[TopicPartition] = []
+        for topic in self._subscribed:
+            desc = self.client.describe_group(self.group_id, topic)
+            for member, parts in desc.members:
+                if member == self._member_id:
+                    owned.extend(TopicPartition(topic, p) for p in parts)
+        owned.sort()
+        if owned != self._assigned:
+            lost = [tp for tp in self._assigned if tp not in owned]
+            if lost and self.enable_auto_commit:
+                self._commit_positions({tp: self._positions[tp] for tp in lost if tp in self._positions})
+            self._assigned = owned
+            self._positions = {tp: p for tp, p in self._positions.items() if tp in owned}
+
+    def _leave(self) -> None:
+        if self._subscribed and self.group_id is not None:
+            if self.enable_auto_commit:
+                self._commit_positions(dict(self._positions))
+            for topic in self._subscribed:
+                try:
+                    addr: ops.Address = self.client.run(self.client.resolver.address(topic))
+                    self.client.conn.call(m.LeaveConsumerGroup(*addr, m.Identifier(self.group_id)))
+                except BayouClientError:
+                    pass
+        self._subscribed = []
+        self._assigned = []
+
+    # -- positions -------------------------------------------------------------------------------
+
+    def position(self, tp: TopicPartition) -> int:
+        pos = self._positions.get(tp)
+        if pos is None:
+            pos = self._initial_position(tp)
+            self._positions[tp] = pos
+        return pos
+
+    def _initial_position(self, tp: TopicPartition) -> int:
+        if self.group_id is not None:
+            done = self.client.committed(self.group_id, tp.topic).get(tp.partition)
+            if done is not None:
+                self._committed_pos[tp] = done
+                return done
+        offsets = self.client.partition_offsets(tp.topic, tp.partition)
+        return offsets.earliest if self.auto_offset_reset == "earliest" else offsets.latest
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, not {offset}")
+        self._positions[tp] = offset
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        for tp in tps or tuple(self.assignment()):
+            self._positions[tp] = self.client.partition_offsets(tp.topic, tp.partition).earliest
+
+    def seek_to_end(self, *tps: TopicPartition) -> None:
+        for tp in tps or tuple(self.assignment()):
+            self._positions[tp] = self.client.partition_offsets(tp.topic, tp.partition).latest
+
+    def seek_to_timestamp(self, tp: TopicPartition, timestamp_ms: int) -> None:
+        """Position at the first record at or after ``timestamp_ms`` (the log end if none is)."""
+        found = self.client.offset_for_time(tp.topic, tp.partition, timestamp_ms)
+        self._positions[tp] = (found if found is not None
+                               else self.client.partition_offsets(tp.topic, tp.partition).latest)
+
+    # -- polling ---------------------------------------------------------------------------------
+
+    def poll_arrow(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[pa.RecordBatch]:
+        """Record batches (``KAFKA_SCHEMA``) from the assigned partitions, waiting up to
+        ``timeout_ms`` for the first record. Positions advance past what is returned."""
+        limit = max_records or self.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        delay = 0.005
+        while True:
+            self._refresh_assignment()
+            self._maybe_auto_commit()
+            out: list[pa.RecordBatch] = []
+            taken = 0
+            n = len(self._assigned)
+            for i in range(n):
+                tp = self._assigned[(self._rr + i) % n]
+                if taken >= limit:
+                    break
+                batch = self.client.fetch_arrow(tp.topic, tp.partition, self.position(tp), limit - taken)
+                if batch.num_rows:
+                    last = batch.column(4)[batch.num_rows - 1].as_py()
+                    self._positions[tp] = last + 1
+                    out.append(batch)
+                    taken += batch.num_rows
+            self._rr = (self._rr + 1) % max(n, 1)
+            left = deadline - time.monotonic()
+            if out or left <= 0:
+                return out
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.1)
+
+    def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
+        return [r for b in self.poll_arrow(timeout_ms, max_records) for r in records_of(b)]
+
+    # -- commits ---------------------------------------------------------------------------------
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (next offsets to read), or the current positions."""
+        if self.group_id is None:
+            raise BayouClientError("commit needs a group_id")
+        self._commit_positions(dict(self._positions) if offsets is None else offsets)
+        self._refresh_assignment(force=bool(self._subscribed))
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        if self.group_id is None:
+            return None
+        return self.client.committed(self.group_id, tp.topic).get(tp.partition)
+
+    def _commit_positions(self, positions: dict[TopicPartition, int]) -> None:
+        assert self.group_id is not None
+        by_topic: dict[str, dict[int, int]] = {}
+        for tp, pos in positions.items():
+            if self._committed_pos.get(tp) != pos:
+                by_topic.setdefault(tp.topic, {})[tp.partition] = pos
+        for topic, entries in by_topic.items():
+            self.client.commit(self.group_id, topic, entries)
+            for p, pos in entries.items():
+                self._committed_pos[TopicPartition(topic, p)] = pos
+
+    def _maybe_auto_commit(self) -> None:
+        if self.enable_auto_commit and time.monotonic() >= self._next_commit:
+            self._next_commit = time.monotonic() + self.auto_commit_s
+            self._commit_positions(dict(self._positions))
+
+    def close(self) -> None:
+        try:
+            if self.enable_auto_commit and self._positions:
+                self._commit_positions(dict(self._positions))
+            self._leave()
+        except BayouClientError:
+            pass
+        finally:
+            self.client.close()

@@ -1,0 +1,295 @@
+"""Every SDK operation written once, as a generator of requests (sans-IO), run by the blocking
+``Client`` and by the asyncio ``AsyncClient`` alike.
+
+An operation yields a request message (the driver answers with the decoded reply) or a ``Raw``
+frame (the driver answers with the reply payload); a failed request is thrown into the generator
+as a ``BayouClientError``, so an operation can recover (topic resolution tries the next address).
+
+Topics are bayou topic names. A topic made by another protocol, or by this SDK, is the Iggy topic
+of that name in the stream ``default``; a topic made by an Iggy client in stream ``s`` is
+``s.<topic>``. Resolution tries the first and then the second form and is cached per client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from bayou.client.connection import encode
+from bayou.client.errors import BayouClientError, UnknownPartitionError, UnknownTopicError, error_for
+from bayou.client.wire import HeaderList, polled_to_arrow, send_frame
+from bayou.protocols.iggy import messages as m
+from bayou.protocols.iggy.codes import Status
+
+T = TypeVar("T")
+DEFAULT_STREAM = "default"
+SDK_CONSUMER = m.Consumer(m.ConsumerKind.CONSUMER, m.Identifier("bayou-sdk"))
+
+
+@dataclass(frozen=True, slots=True)
+class Raw:
+    frame: bytes
+    what: str
+
+
+Op = Generator[Any, Any, T]
+Address = tuple[m.Identifier, m.Identifier]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    partition: int
+    earliest: int  # the first offset still stored
+    latest: int  # the log end: the next offset a produce gets
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: tuple[PartitionOffsets, ...]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    name: str
+    topic: str
+    members: tuple[tuple[int, tuple[int, ...]], ...]  # (member id, partitions)
+
+
+def run_sync(call: Callable[[Any], Any], op: Op[T]) -> T:
+    value: Any = None
+    exc: BaseException | None = None
+    while True:
+        try:
+            req = op.throw(exc) if exc is not None else op.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        exc = None
+        try:
+            value = call(req)
+        except BayouClientError as e:
+            exc, value = e, None
+
+
+async def run_async(call: Callable[[Any], Awaitable[Any]], op: Op[T]) -> T:
+    value: Any = None
+    exc: BaseException | None = None
+    while True:
+        try:
+            req = op.throw(exc) if exc is not None else op.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        exc = None
+        try:
+            value = await call(req)
+        except BayouClientError as e:
+            exc, value = e, None
+
+
+class Resolver:
+    """bayou topic name -> (stream, topic) identifiers, cached."""
+
+    def __init__(self) -> None:
+        self.cache: dict[str, Address] = {}
+
+    def forget(self, topic: str) -> None:
+        self.cache.pop(topic, None)
+
+    def candidates(self, topic: str) -> list[Address]:
+        out = [(m.Identifier(DEFAULT_STREAM), m.Identifier(topic))]
+        stream, dot, rest = topic.partition(".")
+        if dot and stream and rest:
+            out.append((m.Identifier(stream), m.Identifier(rest)))
+        return out
+
+    def details(self, topic: str) -> Op[tuple[Address, m.TopicDetails]]:
+        """The topic's address and details (partition offsets); UnknownTopicError if none."""
+        cached = self.cache.get(topic)
+        tries = [cached] if cached is not None else self.candidates(topic)
+        for addr in tries:
+            try:
+                details = yield m.GetTopic(*addr)
+            except UnknownTopicError:
+                continue
+            if details is None:
+                continue
+            if cached is None and addr[0].value != DEFAULT_STREAM and not _is_iggy_name(details, addr):
+                continue
+            self.cache[topic] = addr
+            return addr, details
+        if cached is not None:
+            self.forget(topic)
+            return (yield from self.details(topic))
+        raise UnknownTopicError(f"unknown topic {topic}", Status.TOPIC_NAME_NOT_FOUND)
+
+    def address(self, topic: str) -> Op[Address]:
+        cached = self.cache.get(topic)
+        if cached is not None:
+            return cached
+        addr, _details = yield from self.details(topic)
+        return addr
+
+
+def _is_iggy_name(details: m.TopicDetails, addr: Address) -> bool:
+    return details.topic.name == addr[1].value
+
+
+def partition_offsets(details: m.TopicDetails) -> tuple[PartitionOffsets, ...]:
+    out = []
+    for p in details.partitions:
+        # The broker reports current_offset = high watermark - 1 (0 when empty) and the number of
+        # messages still stored, so the log end and log start follow from the two.
+        latest = p.current_offset + 1 if (p.messages_count or p.current_offset) else 0
+        out.append(PartitionOffsets(p.id, latest - p.messages_count, latest, p.size_bytes))
+    return tuple(sorted(out, key=lambda x: x.partition))
+
+
+def describe_topic(r: Resolver, topic: str) -> Op[TopicDescription]:
+    _addr, details = yield from r.details(topic)
+    return TopicDescription(topic, partition_offsets(details))
+
+
+def partition_offset(r: Resolver, topic: str, partition: int) -> Op[PartitionOffsets]:
+    d = yield from describe_topic(r, topic)
+    if not 0 <= partition < len(d.partitions):
+        raise UnknownPartitionError(f"topic {topic} has no partition {partition}", Status.PARTITION_NOT_FOUND)
+    return d.partitions[partition]
+
+
+def list_topics() -> Op[list[str]]:
+    streams = yield m.GetStreams()
+    names: list[str] = []
+    for s in streams or ():
+        topics = yield m.GetTopics(m.Identifier(s.id))
+        for t in topics or ():
+            names.append(t.name if s.name == DEFAULT_STREAM else f"{s.name}.{t.name}")
+    return sorted(names)
+
+
+def config_options(config: dict[str, str] | None) -> tuple[m.UserHeader, ...]:
+    return tuple(m.UserHeader.of(k, m.HeaderKind.STRING, str(v)) for k, v in (config or {}).items())
+
+
+def create_topic(r: Resolver, topic: str, partitions: int, config: dict[str, str] | None) -> Op[None]:
+    yield m.CreateTopic(m.Identifier(DEFAULT_STREAM), topic, partitions, options=config_options(config))
+    r.forget(topic)
+
+
+def delete_topic(r: Resolver, topic: str) -> Op[None]:
+    addr = yield from r.address(topic)
+    yield m.DeleteTopic(*addr)
+    r.forget(topic)
+
+
+def create_partitions(r: Resolver, topic: str, total: int) -> Op[None]:
+    addr, details = yield from r.details(topic)
+    have = len(details.partitions)
+    if total < have:
+        raise BayouClientError(f"topic {topic} already has {have} partitions",
+                               Status.INVALID_PARTITIONS_COUNT)
+    if total > have:
+        yield m.CreatePartitions(*addr, total - have)
+
+
+def offset_for_time(r: Resolver, topic: str, partition: int, timestamp_ms: int) -> Op[int | None]:
+    addr = yield from r.address(topic)
+    req = m.PollMessages(SDK_CONSUMER, *addr, partition, m.PollingStrategy(m.PollingKind.TIMESTAMP,
+                                                                          max(timestamp_ms, 0) * 1000),
+                         1, False)
+    polled = yield req
+    return polled.messages[0].offset if polled is not None and polled.messages else None
+
+
+def fetch_arrow(r: Resolver, topic: str, partition: int, offset: int, max_records: int,
+                end_offset: int | None = None, include_headers: bool = True,
+                consumer: m.Consumer = SDK_CONSUMER) -> Op[pa.RecordBatch]:
+    addr = yield from r.address(topic)
+    req = m.PollMessages(consumer, *addr, partition, m.PollingStrategy(m.PollingKind.OFFSET, offset),
+                         max_records, False)
+    payload = yield Raw(encode(req), f"poll {topic}/{partition}")
+    batch, _current = polled_to_arrow(payload, topic, partition, end_offset=end_offset,
+                                      include_headers=include_headers)
+    return batch
+
+
+def send(r: Resolver, topic: str, partition: int, values: Sequence[bytes],
+         keys: Sequence[bytes | None] | None = None, headers: Sequence[HeaderList] | None = None,
+         message_ids: Sequence[int] | None = None, origin_us: int = 0) -> Op[None]:
+    addr = yield from r.address(topic)
+    yield Raw(send_frame(*addr, partition, values, keys, headers, message_ids, origin_us),
+              f"send {topic}/{partition}")
+
+
+def group_consumer(group: str) -> m.Consumer:
+    return m.Consumer(m.ConsumerKind.GROUP, m.Identifier(group))
+
+
+def ensure_group(r: Resolver, group: str, topic: str) -> Op[Address]:
+    addr = yield from r.address(topic)
+    existing = yield m.GetConsumerGroup(*addr, m.Identifier(group))
+    if existing is None:
+        try:
+            yield m.CreateConsumerGroup(*addr, group)
+        except BayouClientError as exc:
+            if exc.status not in (Status.CONSUMER_GROUP_NAME_ALREADY_EXISTS,
+                                  Status.CONSUMER_GROUP_ID_ALREADY_EXISTS):
+                raise
+    return addr
+
+
+def committed(r: Resolver, group: str, topic: str) -> Op[dict[int, int]]:
+    """Committed offsets (the next offset to read, Kafka's convention) per partition."""
+    addr, details = yield from r.details(topic)
+    out: dict[int, int] = {}
+    for p in details.partitions:
+        try:
+            info = yield m.GetConsumerOffset(group_consumer(group), *addr, p.id)
+        except BayouClientError as exc:
+            if exc.status in (Status.CONSUMER_GROUP_NAME_NOT_FOUND, Status.CONSUMER_GROUP_ID_NOT_FOUND,
+                              Status.CONSUMER_OFFSET_NOT_FOUND):
+                continue
+            raise
+        if info is not None:
+            out[p.id] = info.stored_offset + 1
+    return out
+
+
+def commit(r: Resolver, group: str, topic: str, offsets: dict[int, int]) -> Op[None]:
+    """Commit next-offsets (Kafka's convention); Iggy stores the last consumed one."""
+    addr = yield from ensure_group(r, group, topic)
+    for partition, next_offset in sorted(offsets.items()):
+        if next_offset > 0:
+            yield m.StoreConsumerOffset(group_consumer(group), *addr, partition, next_offset - 1)
+
+
+def lag(r: Resolver, group: str, topic: str) -> Op[dict[int, int]]:
+    d = yield from describe_topic(r, topic)
+    done = yield from committed(r, group, topic)
+    return {p.partition: p.latest - max(done.get(p.partition, p.earliest), p.earliest) for p in d.partitions}
+
+
+def list_groups(r: Resolver, topic: str) -> Op[list[str]]:
+    addr = yield from r.address(topic)
+    groups = yield m.GetConsumerGroups(*addr)
+    return sorted(g.name for g in groups or ())
+
+
+def describe_group(r: Resolver, group: str, topic: str) -> Op[GroupDescription]:
+    addr = yield from r.address(topic)
+    d = yield m.GetConsumerGroup(*addr, m.Identifier(group))
+    if d is None:
+        raise error_for(Status.CONSUMER_GROUP_NAME_NOT_FOUND, f"group {group}")
+    return GroupDescription(group, topic, tuple((mem.id, tuple(mem.partitions)) for mem in d.members))
+
+
+def delete_group(r: Resolver, group: str, topic: str) -> Op[None]:
+    addr = yield from r.address(topic)
+    yield m.DeleteConsumerGroup(*addr, m.Identifier(group))

@@ -1,0 +1,247 @@
+"""The SDK's hot paths, sans-IO: SEND_MESSAGES payloads built from columns, and POLL_MESSAGES
+replies turned into Arrow record batches, both in the legacy (0.8) layout (iggy.md B.5).
+
+A record key travels as the user header ``bayou.key`` (string key, raw value): that is how bayou's
+Iggy listener shows a record key to Iggy clients and how it stores a key an Iggy client sends.
+When every message of a send or a poll has the same size and no headers, both directions work
+column-wise with numpy instead of per message.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from bayou.protocols.iggy import messages as m
+from bayou.protocols.iggy.batches import L_HEADER, L_HEADER_SIZE, L_INDEX, POLL_PREFIX
+from bayou.protocols.iggy.codes import Command
+from bayou.protocols.iggy.framing import encode_legacy_request
+from bayou.protocols.iggy.wire import U32, enc_identifier, enc_partitioning
+
+KEY_HEADER = "bayou.key"
+_KEY_HEADER_RAW = KEY_HEADER.encode()
+_KIND_STRING = int(m.HeaderKind.STRING)
+_KIND_RAW = int(m.HeaderKind.RAW)
+_TLV = struct.Struct("<BI")
+_MAX_FIELD = 255
+_U64_MASK = 0xFFFF_FFFF_FFFF_FFFF
+
+KAFKA_HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+KAFKA_SCHEMA = pa.schema([
+    ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("timestampType", pa.int32()),
+    ("headers", KAFKA_HEADERS_TYPE),
+])
+LOG_APPEND_TIME = 1  # Kafka's timestampType for a broker-assigned timestamp
+
+_L_DTYPE_FIELDS = [("checksum", "<u8"), ("id_lo", "<u8"), ("id_hi", "<u8"), ("offset", "<u8"),
+                   ("timestamp", "<u8"), ("origin", "<u8"), ("hl", "<u4"), ("pl", "<u4"),
+                   ("reserved", "<u8")]
+
+HeaderList = Sequence[tuple[str, bytes]]
+
+
+def encode_headers(key: bytes | None, headers: HeaderList | None) -> bytes:
+    """Iggy user headers (kind u8, u32 length, bytes; key then value) for a record key and
+    record headers. Raises ValueError for a field Iggy cannot carry (empty or over 255 bytes)."""
+    parts: list[bytes] = []
+    if key is not None:
+        parts.append(_field(_KIND_STRING, _KEY_HEADER_RAW) + _field(_KIND_RAW, key))
+    for name, value in headers or ():
+        parts.append(_field(_KIND_STRING, name.encode("utf-8")) + _field(_KIND_RAW, value))
+    return b"".join(parts)
+
+
+def _field(kind: int, raw: bytes) -> bytes:
+    if not 1 <= len(raw) <= _MAX_FIELD:
+        raise ValueError(f"Iggy header fields are 1..255 bytes, got {len(raw)}")
+    return _TLV.pack(kind, len(raw)) + raw
+
+
+def decode_headers(buf: bytes | memoryview, pos: int, end: int
+                   ) -> tuple[bytes | None, list[tuple[str, bytes]]]:
+    """(record key, other headers) from an Iggy user-header block. String-keyed headers keep their
+    name; other key kinds are named ``<kind>:<hex>``. A typed value is given as its raw bytes."""
+    key: bytes | None = None
+    out: list[tuple[str, bytes]] = []
+    mv = memoryview(buf)
+    while pos + 5 <= end:
+        kk, kl = _TLV.unpack_from(buf, pos)
+        k = bytes(mv[pos + 5 : pos + 5 + kl])
+        pos += 5 + kl
+        if pos + 5 > end:
+            break
+        _vk, vl = _TLV.unpack_from(buf, pos)
+        v = bytes(mv[pos + 5 : pos + 5 + vl])
+        pos += 5 + vl
+        if kk == _KIND_STRING:
+            name = k.decode("utf-8", "replace")
+            if name == KEY_HEADER and key is None:
+                key = v
+                continue
+        else:
+            name = f"{kk}:{k.hex()}"
+        out.append((name, v))
+    return key, out
+
+
+def send_metadata(stream: m.Identifier, topic: m.Identifier, partition: int, count: int) -> bytes:
+    meta = (enc_identifier(stream) + enc_identifier(topic)
+            + enc_partitioning(m.Partitioning.partition(partition)) + U32.pack(count))
+    return U32.pack(len(meta)) + meta
+
+
+def send_frame(stream: m.Identifier, topic: m.Identifier, partition: int, values: Sequence[bytes],
+               keys: Sequence[bytes | None] | None = None, headers: Sequence[HeaderList] | None = None,
+               message_ids: Sequence[int] | None = None, origin_us: int = 0) -> bytes:
+    """One SEND_MESSAGES request frame (legacy layout) for ``values`` into one partition.
+
+    ``message_ids`` are u128 (0 lets the broker mint one). Checksums, offsets and timestamps are 0,
+    as the 0.8 client sends them: the broker stamps them on append.
+    """
+    n = len(values)
+    if n == 0:
+        raise ValueError("a send needs at least one message")
+    meta = send_metadata(stream, topic, partition, n)
+    has_keys = keys is not None and any(k is not None for k in keys)
+    has_headers = headers is not None and any(headers)
+    if not has_keys and not has_headers:
+        body = _uniform_body(values, message_ids, origin_us)
+        if body is not None:
+            return encode_legacy_request(Command.SEND_MESSAGES, meta + body)
+    index = bytearray()
+    parts: list[bytes] = []
+    end = 0
+    pack = L_HEADER.pack
+    for i, value in enumerate(values):
+        hdr = encode_headers(keys[i] if keys is not None else None,
+                             headers[i] if headers is not None else None)
+        mid = message_ids[i] if message_ids is not None else 0
+        parts.append(pack(0, mid & _U64_MASK, mid >> 64, 0, 0, origin_us, len(hdr), len(value), 0))
+        parts.append(value)
+        if hdr:
+            parts.append(hdr)
+        end += L_HEADER_SIZE + len(value) + len(hdr)
+        index += L_INDEX.pack(0, end, 0)
+    return encode_legacy_request(Command.SEND_MESSAGES, meta + bytes(index) + b"".join(parts))
+
+
+def _uniform_body(values: Sequence[bytes], message_ids: Sequence[int] | None, origin_us: int) -> bytes | None:
+    """Index + messages for same-size values without headers, built as numpy columns."""
+    n = len(values)
+    size = len(values[0])
+    data = b"".join(values)
+    if len(data) != n * size:
+        return None
+    stride = L_HEADER_SIZE + size
+    dtype = np.dtype([*_L_DTYPE_FIELDS, ("payload", f"V{size}")] if size else _L_DTYPE_FIELDS)
+    rows = np.zeros(n, dtype=dtype)
+    if message_ids is not None:
+        ids = [int(i) for i in message_ids]
+        rows["id_lo"] = np.array([i & _U64_MASK for i in ids], dtype=np.uint64)
+        rows["id_hi"] = np.array([i >> 64 for i in ids], dtype=np.uint64)
+    rows["origin"] = origin_us
+    rows["pl"] = size
+    if size:
+        rows["payload"] = np.frombuffer(data, dtype=f"V{size}")
+    index = np.zeros(n, dtype=[("zero", "<u4"), ("end", "<u4"), ("ts", "<u8")])
+    index["end"] = np.arange(1, n + 1, dtype=np.uint64) * stride
+    return index.tobytes() + rows.tobytes()
+
+
+def polled_to_arrow(payload: bytes, topic: str, partition: int, *, end_offset: int | None = None,
+                    include_headers: bool = True) -> tuple[pa.RecordBatch, int]:
+    """A legacy POLL_MESSAGES reply as a record batch in ``KAFKA_SCHEMA`` (rows at or past
+    ``end_offset`` left out), and the broker's current offset (its last visible offset)."""
+    _pid, current, count = POLL_PREFIX.unpack_from(payload, 0)
+    pos = POLL_PREFIX.size
+    body_len = len(payload) - pos
+    if count:
+        first_hl, first_pl = struct.unpack_from("<II", payload, pos + 48)
+        stride = L_HEADER_SIZE + first_hl + first_pl
+        if first_hl == 0 and stride * count == body_len:
+            batch = _uniform_to_arrow(payload, pos, count, first_pl, topic, partition)
+            if batch is not None:
+                return _cut(batch, end_offset), current
+    return _cut(_walk_to_arrow(payload, pos, count, topic, partition, include_headers), end_offset), current
+
+
+def _cut(batch: pa.RecordBatch, end_offset: int | None) -> pa.RecordBatch:
+    if end_offset is None or batch.num_rows == 0:
+        return batch
+    offsets = batch.column(4).to_numpy()
+    keep = int(np.searchsorted(offsets, end_offset, side="left"))
+    return batch if keep == batch.num_rows else batch.slice(0, keep)
+
+
+def _uniform_to_arrow(payload: bytes, pos: int, count: int, size: int, topic: str,
+                      partition: int) -> pa.RecordBatch | None:
+    dtype = np.dtype([*_L_DTYPE_FIELDS, ("payload", f"V{size}")] if size else _L_DTYPE_FIELDS)
+    rows = np.frombuffer(payload, dtype=dtype, count=count, offset=pos)
+    if not (np.all(rows["hl"] == 0) and np.all(rows["pl"] == size)):
+        return None
+    data = rows["payload"].tobytes() if size else b""
+    value_offsets = np.arange(0, (count + 1) * size, size, dtype=np.int32) if size else np.zeros(
+        count + 1, dtype=np.int32)
+    values = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(value_offsets),
+                                                        pa.py_buffer(data)])
+    return _batch(values, pa.nulls(count, pa.binary()), rows["offset"].astype(np.int64),
+                  rows["timestamp"].astype(np.int64), _empty_headers(count), topic, partition)
+
+
+def _walk_to_arrow(payload: bytes, pos: int, count: int, topic: str, partition: int,
+                   include_headers: bool) -> pa.RecordBatch:
+    offsets = np.empty(count, dtype=np.int64)
+    stamps = np.empty(count, dtype=np.int64)
+    values: list[bytes] = []
+    keys: list[bytes | None] = []
+    headers: list[list[tuple[str, bytes]]] = []
+    unpack = L_HEADER.unpack_from
+    mv = memoryview(payload)
+    for i in range(count):
+        _ck, _lo, _hi, offset, ts, _origin, hl, pl, _rsv = unpack(payload, pos)
+        body = pos + L_HEADER_SIZE
+        offsets[i] = offset
+        stamps[i] = ts
+        values.append(bytes(mv[body : body + pl]))
+        if hl:
+            key, hdrs = decode_headers(payload, body + pl, body + pl + hl)
+        else:
+            key, hdrs = None, []
+        keys.append(key)
+        headers.append(hdrs)
+        pos = body + pl + hl
+    header_array = (pa.array([[{"key": k, "value": v} for k, v in h] for h in headers],
+                             type=KAFKA_HEADERS_TYPE) if include_headers and any(headers)
+                    else _empty_headers(count))
+    return _batch(pa.array(values, type=pa.binary()), pa.array(keys, type=pa.binary()), offsets, stamps,
+                  header_array, topic, partition)
+
+
+def _empty_headers(count: int) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(np.zeros(count + 1, dtype=np.int32)),
+                                    pa.array([], type=KAFKA_HEADERS_TYPE.value_type))
+
+
+def _batch(values: pa.Array, keys: pa.Array, offsets: np.ndarray, stamps: np.ndarray, headers: pa.Array,
+           topic: str, partition: int) -> pa.RecordBatch:
+    n = len(values)
+    return pa.RecordBatch.from_arrays([
+        keys,
+        values,
+        pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([topic])
+                                       ).dictionary_decode() if n else pa.array([], type=pa.string()),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array(offsets, type=pa.int64()),
+        pa.array(stamps, type=pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(np.full(n, LOG_APPEND_TIME, dtype=np.int32)),
+        headers,
+    ], schema=KAFKA_SCHEMA)
