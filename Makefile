@@ -1,6 +1,6 @@
 # bayou: two commands set up a fresh machine.
 #   make run   - create .venv, install bayou, start one broker (data in ./data)
-#   make test  - install the dev dependencies and the Iggy SDKs, then run the whole suite
+#   make test  - install the dev dependencies (incl. PySpark) and the Iggy SDKs, then run the whole suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
@@ -18,7 +18,7 @@ IGGY09 = .venv-iggy09
 IGGY08STAMP = $(IGGY08)/.installed-apache-iggy-$(IGGY08_VERSION)
 IGGY09STAMP = $(IGGY09)/.installed-apache-iggy-$(IGGY09_VERSION)
 
-.PHONY: run test install dev iggy-sdks lint typecheck bench bench-iggy clean
+.PHONY: run test install dev iggy-sdks lint typecheck bench bench-iggy bench-sdk bench-spark pipeline clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,16 @@ bench: $(STAMP)
 
 bench-iggy: $(STAMP) $(IGGY08STAMP) $(IGGY09STAMP)
 	$(PY) benchmarks/iggy_bench.py
+
+bench-sdk: $(STAMP)
+	$(PY) benchmarks/sdk_bench.py
+
+bench-spark: $(DEVSTAMP)
+	$(PY) benchmarks/spark_bench.py
+
+# The reference pipeline (examples/pipeline.py): starts its own broker unless BOOTSTRAP is set.
+pipeline: $(DEVSTAMP)
+	$(PY) examples/pipeline.py $(PIPELINE_ARGS)
 
 clean:
 	rm -rf $(VENV) $(IGGY08) $(IGGY09) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

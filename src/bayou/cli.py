@@ -226,3 +226,64 @@ def consume(topic_name: str, partition: int | None, offset: int, follow: bool, b
         pass
     except (OSError, Exception) as exc:
         _fail(exc)
+
+
+iggy_option = click.option(
+    "--iggy-bootstrap", "iggy_bootstrap", default="127.0.0.1:8090", show_default=True, metavar="HOST:PORT",
+    envvar="BAYOU_IGGY_BOOTSTRAP", help="The broker's Iggy listener, which the Python SDK speaks.")
+user_option = click.option("--user", default="iggy", show_default=True, envvar="BAYOU_USER",
+                           help="Iggy user name.")
+password_option = click.option("--password", default="iggy", show_default=True, envvar="BAYOU_PASSWORD",
+                               help="Iggy password.")
+
+
+@main.group()
+def group() -> None:
+    """Consumer groups, committed offsets and lag (through the Python SDK, bayou.client)."""
+
+
+@group.command("list")
+@click.argument("topic_name", metavar="TOPIC")
+@iggy_option
+@user_option
+@password_option
+def group_list(topic_name: str, iggy_bootstrap: str, user: str, password: str) -> None:
+    """List the consumer groups of TOPIC."""
+    from bayou.client import Client
+
+    try:
+        with Client(iggy_bootstrap, username=user, password=password) as c:
+            names = c.list_groups(topic_name)
+    except (OSError, Exception) as exc:
+        _fail(exc)
+        return
+    for n in names:
+        click.echo(n)
+
+
+@group.command("describe")
+@click.argument("group_name", metavar="GROUP")
+@click.argument("topic_name", metavar="TOPIC")
+@iggy_option
+@user_option
+@password_option
+def group_describe(group_name: str, topic_name: str, iggy_bootstrap: str, user: str, password: str) -> None:
+    """Show GROUP's members, committed offsets and lag on TOPIC."""
+    from bayou.client import Client
+
+    try:
+        with Client(iggy_bootstrap, username=user, password=password) as c:
+            desc = c.describe_group(group_name, topic_name)
+            topic_desc = c.describe_topic(topic_name)
+            done = c.committed(group_name, topic_name)
+    except (OSError, Exception) as exc:
+        _fail(exc)
+        return
+    owner = {p: member for member, parts in desc.members for p in parts}
+    click.echo(f"group: {group_name}  topic: {topic_name}  members: {len(desc.members)}")
+    click.echo(f"{'partition':>9} {'member':>8} {'committed':>10} {'log end':>10} {'lag':>10}")
+    for p in topic_desc.partitions:
+        c_off = done.get(p.partition)
+        lag = p.latest - max(c_off if c_off is not None else p.earliest, p.earliest)
+        click.echo(f"{p.partition:>9} {owner.get(p.partition, '-')!s:>8} "
+                   f"{'-' if c_off is None else c_off!s:>10} {p.latest:>10} {lag:>10}")

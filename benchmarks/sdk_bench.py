@@ -1,0 +1,169 @@
+"""SDK benchmark: bayou.client against a broker subprocess on loopback. Prints figures; never
+passes or fails. Target from issue 6: the SDK producer at >= 500,000 msg/s of 100-byte messages.
+
+Phases (each reports msg/s, MB/s and the CPU seconds of this process and of the broker):
+  producer       Producer.send() per record (batching by size and linger, sticky partitions)
+  producer-keyed Producer.send() with a key per record (xxHash32 partitioning, key headers)
+  client-send    Client.send() of ready batches (--batch values a call): the column-wise path
+  fetch-arrow    Client.fetch_arrow() of everything back, --batch records a call
+  consumer       Consumer.poll() records (Python objects per record) of a slice
+
+    .venv/bin/python benchmarks/sdk_bench.py
+    .venv/bin/python benchmarks/sdk_bench.py --messages 200000 --fsync always --profile producer
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from bayou.client import Client, Consumer, Producer, TopicPartition  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _report(name: str, n: int, size: int, wall: float, cpu_self: float, cpu_broker: float) -> None:
+    print(f"{name:15s} {n:>10,d} msgs {wall:7.2f} s {n / wall:>12,.0f} msg/s {n * size / wall / 1e6:8.1f} MB/s"
+          f"   cpu: sdk {cpu_self:5.2f} s, broker {cpu_broker:5.2f} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=5000)
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--fsync", default="never", help="broker fsync policy (always|never|interval:MS)")
+    ap.add_argument("--bootstrap", help="use a running broker's Iggy listener instead of starting one")
+    ap.add_argument("--profile", metavar="PHASE", help="run PHASE under pyinstrument and print the profile")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bayou-sdk-bench-"))
+    proc = None
+    if args.bootstrap:
+        boot, broker_pid = args.bootstrap, None
+    else:
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "bayou", "serve", "--data-dir", str(tmp / "data"),
+                                 "--rtes", "off", "--cursus", "off", "--tank", "off",
+                                 "--iggy", f"127.0.0.1:{port}", "--fsync", args.fsync, "--log-level", "warning"],
+                                env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+        boot, broker_pid = f"127.0.0.1:{port}", proc.pid
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    print(f"bayou SDK benchmark: {args.messages:,} messages of {args.size} B, {args.partitions} partitions, "
+          f"fsync={args.fsync}")
+    n, size = args.messages, args.size
+    value = b"x" * size
+    try:
+        client = Client(boot)
+
+        def phase(name: str, fn: object) -> None:
+            prof = None
+            if args.profile == name:
+                from pyinstrument import Profiler
+
+                prof = Profiler()
+                prof.start()
+            b0 = _cpu(broker_pid) if broker_pid else 0.0
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            count = fn()  # type: ignore[operator]
+            wall = time.perf_counter() - t0
+            _report(name, count, size, wall, time.process_time() - c0,
+                    (_cpu(broker_pid) - b0) if broker_pid else 0.0)
+            if prof is not None:
+                prof.stop()
+                print(prof.output_text(unicode=True, color=False))
+
+        def produce_plain() -> int:
+            client.create_topic("bench-producer", args.partitions)
+            with Producer(boot, linger_ms=5, batch_size=1 << 20, max_batch_records=args.batch) as p:
+                send = p.send
+                for _ in range(n):
+                    send("bench-producer", value)
+            return n
+
+        def produce_keyed() -> int:
+            client.create_topic("bench-keyed", args.partitions)
+            keys = [b"user-%04d" % i for i in range(1000)]
+            m = n // 4
+            with Producer(boot, linger_ms=5, batch_size=1 << 20, max_batch_records=args.batch) as p:
+                send = p.send
+                for i in range(m):
+                    send("bench-keyed", value, key=keys[i % 1000])
+            return m
+
+        def client_send() -> int:
+            client.create_topic("bench-send", args.partitions)
+            values = [value] * args.batch
+            sent = 0
+            part = 0
+            while sent < n:
+                client.send("bench-send", part, values)
+                sent += len(values)
+                part = (part + 1) % args.partitions
+            return sent
+
+        def fetch() -> int:
+            got = 0
+            for part in range(args.partitions):
+                end = client.latest_offset("bench-send", part)
+                pos = 0
+                while pos < end:
+                    b = client.fetch_arrow("bench-send", part, pos, args.batch)
+                    got += b.num_rows
+                    pos = b.column(4)[b.num_rows - 1].as_py() + 1
+            return got
+
+        def consume() -> int:
+            m = min(n, 200_000)
+            with Consumer(boot, max_poll_records=args.batch) as c:
+                c.assign([TopicPartition("bench-send", 0)])
+                c.seek(TopicPartition("bench-send", 0), 0)
+                got = 0
+                while got < m:
+                    got += len(c.poll(1000))
+            return got
+
+        phase("producer", produce_plain)
+        phase("producer-keyed", produce_keyed)
+        phase("client-send", client_send)
+        phase("fetch-arrow", fetch)
+        phase("consumer", consume)
+        client.close()
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(20)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""bayou.client against a real broker subprocess: admin, producer, consumer groups, seeks,
+idempotence, errors, the asyncio API, and records crossing to and from the V1 protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bayou.client import (
+    AsyncClient,
+    AsyncProducer,
+    BayouClientError,
+    Client,
+    Consumer,
+    Producer,
+    RtesClient,
+    TopicExistsError,
+    TopicPartition,
+    UnknownTopicError,
+    partition_for_key,
+)
+from bayou.client.errors import AuthenticationError, BrokerConnectionError
+from support.brokers import BrokerProcess, free_port
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    data = tmp_path_factory.mktemp("sdk") / "data"
+    data.mkdir()
+    b = BrokerProcess(data).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def client(broker: BrokerProcess) -> Iterator[Client]:
+    with Client(f"127.0.0.1:{broker.iggy_port}") as c:
+        yield c
+
+
+def _boot(broker: BrokerProcess) -> str:
+    return f"127.0.0.1:{broker.iggy_port}"
+
+
+def test_topic_admin(client: Client) -> None:
+    client.create_topic("sdk-admin", 2, {"retention.ms": "3600000"})
+    assert "sdk-admin" in client.list_topics()
+    with pytest.raises(TopicExistsError):
+        client.create_topic("sdk-admin", 2)
+    d = client.describe_topic("sdk-admin")
+    assert d.partition_count == 2 and all(p.earliest == p.latest == 0 for p in d.partitions)
+    client.create_partitions("sdk-admin", 4)
+    assert client.partition_count("sdk-admin") == 4
+    with pytest.raises(BayouClientError):
+        client.create_partitions("sdk-admin", 3)
+    client.delete_topic("sdk-admin")
+    assert "sdk-admin" not in client.list_topics()
+    with pytest.raises(UnknownTopicError):
+        client.describe_topic("sdk-admin")
+
+
+def test_send_fetch_and_offsets(client: Client) -> None:
+    client.create_topic("sdk-data", 1)
+    before = int(time.time() * 1000)
+    client.send("sdk-data", 0, [b"a", b"bb", b"ccc"], keys=[b"k", None, b"k"], headers=[[("h", b"1")], [], []])
+    time.sleep(0.02)
+    middle = int(time.time() * 1000)
+    client.send("sdk-data", 0, [b"x" * 10] * 4)
+    rows = client.fetch_arrow("sdk-data", 0, 0).to_pylist()
+    assert [r["offset"] for r in rows] == list(range(7))
+    assert [r["value"] for r in rows[:3]] == [b"a", b"bb", b"ccc"]
+    assert [r["key"] for r in rows[:3]] == [b"k", None, b"k"]
+    assert rows[0]["headers"] == [{"key": "h", "value": b"1"}]
+    assert all(r["timestampType"] == 1 and r["topic"] == "sdk-data" for r in rows)
+    assert client.fetch_arrow("sdk-data", 0, 2, 3).column("offset").to_pylist() == [2, 3, 4]
+    assert client.fetch_arrow("sdk-data", 0, 0, end_offset=2).num_rows == 2
+    assert client.fetch_arrow("sdk-data", 0, 7).num_rows == 0
+    assert client.earliest_offset("sdk-data", 0) == 0 and client.latest_offset("sdk-data", 0) == 7
+    assert client.offset_for_time("sdk-data", 0, before - 1000) == 0
+    assert client.offset_for_time("sdk-data", 0, middle) == 3
+    assert client.offset_for_time("sdk-data", 0, middle + 60_000) is None
+
+
+def test_records_cross_to_and_from_v1(broker: BrokerProcess, client: Client) -> None:
+    with RtesClient("127.0.0.1", broker.port) as v1:
+        v1.create_topic("sdk-x", 1)
+        v1.produce("sdk-x", "user7", "from-v1")
+        client.send("sdk-x", 0, [b"from-sdk"], keys=[b"user8"])
+        records, _hw = v1.consume("sdk-x", 0, 0)
+    assert [v for _o, v in records] == ["from-v1", "from-sdk"]
+    rows = client.fetch_arrow("sdk-x", 0, 0).to_pylist()
+    assert [(r["key"], r["value"]) for r in rows] == [(b"user7", b"from-v1"), (b"user8", b"from-sdk")]
+
+
+def test_producer_batches_and_keys(broker: BrokerProcess, client: Client) -> None:
+    client.create_topic("sdk-prod", 3)
+    with Producer(_boot(broker), linger_ms=20, batch_size=4096) as p:
+        futures = [p.send("sdk-prod", f"v{i}".encode(), key=f"k{i % 7}".encode()) for i in range(500)]
+        p.flush()
+        metas = [f.result(5) for f in futures]
+    for i, meta in enumerate(metas):
+        assert meta.partition == partition_for_key(f"k{i % 7}".encode(), 3)
+    per_key: dict[bytes, list[bytes]] = {}
+    total = 0
+    for part in range(3):
+        for r in client.fetch_arrow("sdk-prod", part, 0, 1000).to_pylist():
+            per_key.setdefault(r["key"], []).append(r["value"])
+            total += 1
+    assert total == 500
+    for k, values in per_key.items():  # per key, the order of sending
+        n = int(k[1:])
+        assert values == [f"v{i}".encode() for i in range(500) if i % 7 == n]
+
+
+def test_unkeyed_producer_and_acks0(broker: BrokerProcess, client: Client) -> None:
+    client.create_topic("sdk-unkeyed", 2)
+    with Producer(_boot(broker), acks=0, max_batch_records=50) as p:
+        for i in range(300):
+            p.send("sdk-unkeyed", b"%d" % i)
+    assert sum(client.latest_offset("sdk-unkeyed", q) for q in range(2)) == 300
+    with pytest.raises(ValueError):
+        Producer(_boot(broker), acks=2)
+
+
+def test_idempotent_resend_is_stored_once(broker: BrokerProcess, client: Client) -> None:
+    client.create_topic("sdk-idem", 1, {"message.deduplication": "true"})
+    ids = [(42 << 64) | s for s in range(1, 11)]
+    client.send("sdk-idem", 0, [b"m%d" % s for s in range(1, 11)], message_ids=ids)
+    client.send("sdk-idem", 0, [b"m%d" % s for s in range(5, 16)], message_ids=[(42 << 64) | s for s in range(5, 16)])
+    values = client.fetch_arrow("sdk-idem", 0, 0, 100).column("value").to_pylist()
+    assert values == [b"m%d" % s for s in range(1, 16)]
+    with Producer(_boot(broker), idempotent=True) as p:
+        for i in range(20):
+            p.send("sdk-idem", b"p%d" % i, partition=0)
+    assert client.latest_offset("sdk-idem", 0) == 35
+
+
+def test_consumer_group_shares_partitions_and_resumes(broker: BrokerProcess, client: Client) -> None:
+    client.create_topic("sdk-group", 4)
+    for part in range(4):
+        client.send("sdk-group", part, [b"%d-%d" % (part, i) for i in range(25)])
+    boot = _boot(broker)
+    a = Consumer(boot, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    b = Consumer(boot, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    a.subscribe(["sdk-group"])
+    b.subscribe(["sdk-group"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(a.assignment()) + len(b.assignment()) != 4:
+        time.sleep(0.1)
+    sa, sb = a.assignment(), b.assignment()
+    assert sa and sb and not sa & sb and len(sa | sb) == 4
+    seen = [r.value for r in a.poll(2000, 1000)] + [r.value for r in b.poll(2000, 1000)]
+    assert sorted(seen) == sorted(b"%d-%d" % (p, i) for p in range(4) for i in range(25))
+    a.commit()
+    b.commit()
+    assert client.committed("g", "sdk-group") == {p: 25 for p in range(4)}
+    assert client.lag("g", "sdk-group") == {p: 0 for p in range(4)}
+    assert client.list_groups("sdk-group") == ["g"]
+    a.close()
+    b.close()
+    client.send("sdk-group", 1, [b"late"])
+    c = Consumer(boot, group_id="g", auto_offset_reset="earliest")
+    c.subscribe(["sdk-group"])
+    got = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not got:
+        got = c.poll(500)
+    assert [r.value for r in got] == [b"late"]
+    c.close()  # auto-commit on close
+    assert client.committed("g", "sdk-group")[1] == 26
+
+
+def test_assign_and_seek(broker: BrokerProcess, client: Client) -> None:
+    client.create_topic("sdk-seek", 1)
+    client.send("sdk-seek", 0, [b"a", b"b"])
+    time.sleep(0.02)
+    mark = int(time.time() * 1000)
+    client.send("sdk-seek", 0, [b"c", b"d"])
+    tp = TopicPartition("sdk-seek", 0)
+    with Consumer(_boot(broker)) as c:
+        c.assign([tp])
+        assert c.position(tp) == 4  # latest by default
+        assert c.poll(100) == []
+        c.seek_to_beginning(tp)
+        assert [r.value for r in c.poll(1000)] == [b"a", b"b", b"c", b"d"]
+        c.seek(tp, 1)
+        assert [r.offset for r in c.poll(1000, max_records=2)] == [1, 2]
+        c.seek_to_timestamp(tp, mark)
+        assert [r.value for r in c.poll(1000)] == [b"c", b"d"]
+        c.seek_to_end(tp)
+        assert c.position(tp) == 4
+        with pytest.raises(BayouClientError):
+            c.commit()  # no group
+
+
+def test_errors(broker: BrokerProcess) -> None:
+    with pytest.raises(AuthenticationError):
+        Client(_boot(broker), password="wrong").list_topics()
+    with pytest.raises(BrokerConnectionError):
+        Client(f"127.0.0.1:{free_port()}", timeout=2).list_topics()
+    with pytest.raises(ValueError):
+        Client("127.0.0.1:notaport")
+    with Client(_boot(broker)) as c, pytest.raises(UnknownTopicError):
+        c.send("sdk-missing", 0, [b"x"])
+
+
+def test_async_client_and_producer(broker: BrokerProcess) -> None:
+    async def main() -> list[bytes]:
+        async with AsyncClient(_boot(broker)) as c:
+            await c.create_topic("sdk-async", 2)
+            async with AsyncProducer(_boot(broker), linger_ms=5) as p:
+                futs = [await p.send("sdk-async", b"a%d" % i, key=b"k") for i in range(50)]
+                await p.flush()
+                metas = await asyncio.gather(*futs)
+            assert {m.partition for m in metas} == {partition_for_key(b"k", 2)}
+            batch = await c.fetch_arrow("sdk-async", metas[0].partition, 0, 100)
+            return list(batch.column("value").to_pylist())
+
+    assert asyncio.run(main()) == [b"a%d" % i for i in range(50)]
+
+
+def test_cli_group_commands(broker: BrokerProcess, client: Client, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from bayou.cli import main
+
+    client.create_topic("sdk-cli", 1)
+    client.send("sdk-cli", 0, [b"1", b"2", b"3"])
+    client.commit("cli-group", "sdk-cli", {0: 1})
+    runner = CliRunner()
+    out = runner.invoke(main, ["group", "list", "sdk-cli", "--iggy-bootstrap", _boot(broker)])
+    assert out.exit_code == 0 and out.output.split() == ["cli-group"]
+    out = runner.invoke(main, ["group", "describe", "cli-group", "sdk-cli", "--iggy-bootstrap", _boot(broker)])
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines()[-1].split() == ["0", "-", "1", "3", "2"]
