@@ -42,7 +42,8 @@ def _cpu(pid: int) -> float:
 
 
 def _report(name: str, n: int, size: int, wall: float, cpu_self: float, cpu_broker: float) -> None:
-    print(f"{name:15s} {n:>10,d} msgs {wall:7.2f} s {n / wall:>12,.0f} msg/s {n * size / wall / 1e6:8.1f} MB/s"
+    rate = n / wall
+    print(f"{name:15s} {n:>10,d} msgs {wall:7.2f} s {rate:>12,.0f} msg/s {rate * size / 1e6:8.1f} MB/s"
           f"   cpu: sdk {cpu_self:5.2f} s, broker {cpu_broker:5.2f} s")
 
 
@@ -65,7 +66,8 @@ def main() -> None:
         port = _free_port()
         proc = subprocess.Popen([sys.executable, "-m", "bayou", "serve", "--data-dir", str(tmp / "data"),
                                  "--rtes", "off", "--cursus", "off", "--tank", "off",
-                                 "--iggy", f"127.0.0.1:{port}", "--fsync", args.fsync, "--log-level", "warning"],
+                                 "--iggy", f"127.0.0.1:{port}", "--fsync", args.fsync,
+                                 "--log-level", "warning"],
                                 env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
         boot, broker_pid = f"127.0.0.1:{port}", proc.pid
         deadline = time.monotonic() + 20

@@ -68,7 +68,8 @@ def test_topic_admin(client: Client) -> None:
 def test_send_fetch_and_offsets(client: Client) -> None:
     client.create_topic("sdk-data", 1)
     before = int(time.time() * 1000)
-    client.send("sdk-data", 0, [b"a", b"bb", b"ccc"], keys=[b"k", None, b"k"], headers=[[("h", b"1")], [], []])
+    client.send("sdk-data", 0, [b"a", b"bb", b"ccc"], keys=[b"k", None, b"k"],
+                headers=[[("h", b"1")], [], []])
     time.sleep(0.02)
     middle = int(time.time() * 1000)
     client.send("sdk-data", 0, [b"x" * 10] * 4)
@@ -132,7 +133,8 @@ def test_idempotent_resend_is_stored_once(broker: BrokerProcess, client: Client)
     client.create_topic("sdk-idem", 1, {"message.deduplication": "true"})
     ids = [(42 << 64) | s for s in range(1, 11)]
     client.send("sdk-idem", 0, [b"m%d" % s for s in range(1, 11)], message_ids=ids)
-    client.send("sdk-idem", 0, [b"m%d" % s for s in range(5, 16)], message_ids=[(42 << 64) | s for s in range(5, 16)])
+    client.send("sdk-idem", 0, [b"m%d" % s for s in range(5, 16)],
+                message_ids=[(42 << 64) | s for s in range(5, 16)])
     values = client.fetch_arrow("sdk-idem", 0, 0, 100).column("value").to_pylist()
     assert values == [b"m%d" % s for s in range(1, 16)]
     with Producer(_boot(broker), idempotent=True) as p:
@@ -236,6 +238,7 @@ def test_cli_group_commands(broker: BrokerProcess, client: Client, tmp_path: Pat
     runner = CliRunner()
     out = runner.invoke(main, ["group", "list", "sdk-cli", "--iggy-bootstrap", _boot(broker)])
     assert out.exit_code == 0 and out.output.split() == ["cli-group"]
-    out = runner.invoke(main, ["group", "describe", "cli-group", "sdk-cli", "--iggy-bootstrap", _boot(broker)])
+    out = runner.invoke(main, ["group", "describe", "cli-group", "sdk-cli",
+                               "--iggy-bootstrap", _boot(broker)])
     assert out.exit_code == 0, out.output
     assert out.output.splitlines()[-1].split() == ["0", "-", "1", "3", "2"]

@@ -7,7 +7,7 @@
   partition itself, so Iggy-sent records have no key.)
 - Records produced with V1 and Cursus appear in Iggy's ``default`` stream and poll back with the
   same offsets and payloads; the Cursus fields (``cursus.*`` record headers) arrive as string-keyed
-  raw user headers. A record key has no Iggy counterpart (Iggy messages carry none).
+  raw user headers, and a record key as the user header ``bayou.key`` (string key, raw value).
 
 One broker subprocess serves all three listeners for the module; the SDK drivers run as
 subprocesses (``support.iggy_sdk``).
@@ -158,7 +158,10 @@ async def test_v1_and_cursus_records_poll_back_through_iggy(broker: BrokerProces
         assert messages(r["by_ids"]) == messages(r["partitions"][0]), "numeric ids address the same topic"
         if sdk == "0.9":
             got = messages(r["partitions"][0]) + messages(r["partitions"][1])
-            assert all(m.headers is None for m in got), "V1 records carry no headers"
+            keys = {(pp, off): k for (pp, off), (k, _v) in zip(placed, sent, strict=True)}
+            for p in (0, 1):  # V1 records carry no headers; their key arrives as bayou.key
+                for m in messages(r["partitions"][p]):
+                    assert m.headers == {("String", "bayou.key"): ("Raw", keys[p, m.offset].encode())}
             assert messages(r["timestamp_zero"]) == messages(r["partitions"][0])
             for m in got:
                 assert m.origin_timestamp is not None and m.origin_timestamp > 0
@@ -170,6 +173,7 @@ async def test_v1_and_cursus_records_poll_back_through_iggy(broker: BrokerProces
         if sdk == "0.9":
             raw = "Raw"
             assert got[0].headers == {
+                ("String", "bayou.key"): (raw, b"order-1"),
                 ("String", "cursus.producer_id"): (raw, b"py-7f00"), ("String", "cursus.seq"): (raw, b"11"),
                 ("String", "cursus.epoch"): (raw, b"1700000123"),
                 ("String", "cursus.event_type"): (raw, b"OrderCreated"),

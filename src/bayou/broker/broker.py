@@ -6,11 +6,12 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from bayou.broker.dedup import DEFAULT_MAX_PRODUCERS, DEFAULT_WINDOW, DedupTable, rebuild
 from bayou.broker.groups.coordinator import (
     RTES_POLICY,
     GroupCoordinator,
@@ -43,7 +44,8 @@ from bayou.storage import (
     apply_overrides,
     validate_topic_name,
 )
-from bayou.storage.log import GRAVE_SECONDS
+from bayou.storage.config import TOPIC_CONFIG_KEYS
+from bayou.storage.log import GRAVE_SECONDS, AppendInfo
 
 log = logging.getLogger("bayou.broker")
 
@@ -54,7 +56,17 @@ BROKER_TOPIC_KEYS = {
     "replication.factor": int,
     "idempotent": bool,  # de-duplicate producer sequences (Cursus ``idempotent=true``)
     "event.sourcing": bool,  # Cursus event-sourcing topic (aggregate streams, snapshots)
+    # Message de-duplication by id (Iggy sends; broker/dedup.py, Broker.produce_unique)
+    "message.deduplication": bool,
+    "message.deduplication.producers": int,  # producers remembered per partition (LRU)
+    "message.deduplication.window": int,  # last offsets scanned to rebuild the table after a start
 }
+DEDUP = "message.deduplication"
+DEDUP_PRODUCERS = "message.deduplication.producers"
+DEDUP_WINDOW = "message.deduplication.window"
+_DEDUP_KEYS = (DEDUP, DEDUP_PRODUCERS, DEDUP_WINDOW)
+# Every per-topic config key a topic accepts (log settings and the broker's own).
+TOPIC_KEYS: frozenset[str] = frozenset(TOPIC_CONFIG_KEYS) | frozenset(BROKER_TOPIC_KEYS)
 
 
 def _split_topic_config(config: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -412,6 +424,7 @@ class Broker:
                 await asyncio.get_running_loop().run_in_executor(self._io, _purge)
             finally:
                 for part in parts:
+                    part.reset_dedup()  # de-duplication knows what the log holds, as after a restart
                     part.notify()
             log.info("purged topic %s", name)
 
@@ -440,8 +453,12 @@ class Broker:
                 cfg = apply_overrides(self.config.log, log_keys)
             except (TypeError, ValueError) as exc:
                 raise InvalidConfig(str(exc)) from None
+            before = {k: topic.meta.config.get(k) for k in _DEDUP_KEYS}
             topic.meta.config = {**log_keys, **broker_keys}
             merged = dict(topic.meta.config)
+            if any(merged.get(k) != v for k, v in before.items()):
+                for part in topic.partitions:  # rebuilt from the log, with the new settings
+                    part.reset_dedup()
             await asyncio.get_running_loop().run_in_executor(self._io, self.store.write_topic, topic.meta)
             topic.log_config = cfg
             for part in topic.partitions:
@@ -486,6 +503,95 @@ class Broker:
             await self._await_replication(part, info.last_offset)
         return ProduceResult(partition, info.base_offset, info.last_offset, part.high_watermark,
                              part.log.log_start_offset)
+
+    async def _acknowledge(self, part: Partition, info: AppendInfo, acks: Acks) -> ProduceResult:
+        """What ``produce`` does after its append (inlined there, the hot path): wait for what
+        ``acks`` and the fsync policy promise, wake long-polls, report."""
+        end = info.last_offset + 1
+        if part.log.config.fsync.mode == "always":
+            await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)
+        part.notify()
+        if acks == Acks.ALL:
+            await self._await_replication(part, info.last_offset)
+        return ProduceResult(part.index, info.base_offset, info.last_offset, part.high_watermark,
+                             part.log.log_start_offset)
+
+    def deduplicating(self, topic: str) -> bool:
+        """Whether sends to ``topic`` go through ``produce_unique`` (``message.deduplication``)."""
+        return self.topic_flag(topic, DEDUP)
+
+    async def produce_unique(self, topic: str, partition: int, ids: Sequence[int],
+                             build: Callable[[list[bool]], bytes], acks: Acks = Acks.LEADER
+                             ) -> ProduceResult:
+        """Append, of a send whose messages carry ``ids`` (in order, none 0), only those that are not
+        replays for the partition's de-duplication table (broker/dedup.py); ``build(keep)`` returns
+        the batch of the kept messages, in order. The check, the append and the table update run
+        in one synchronous step, so concurrent sends to a partition cannot both store one sequence.
+
+        The table is rebuilt from the last ``message.deduplication.window`` offsets of the log by
+        the first such send after a start (or after the settings changed or the topic was purged).
+        When every message is a replay nothing is appended and the result is an empty range at the
+        log end: ``base_offset`` = the next offset, ``last_offset`` = ``base_offset - 1``; under
+        fsync=always it is returned once the log is durable up to there (the replayed originals
+        may still have been waiting for their fsync).
+        """
+        if self.closing:
+            raise BrokerShuttingDown()
+        part = self.partition(topic, partition)
+        table = part.dedup
+        if table is None:
+            table = await self._dedup_table(part)
+            self._check_serving(part)
+            if self.closing:
+                raise BrokerShuttingDown()
+        self._check_leader(part)
+        # No await from here to the append: no other send to this partition runs in between.
+        keep, staged = table.check(ids)
+        if not any(keep):
+            end = part.log.next_offset
+            if part.log.config.fsync.mode == "always" and part.log.durable_offset < end:
+                await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)
+            return ProduceResult(partition, end, end - 1, part.high_watermark, part.log.log_start_offset)
+        info = part.log.append(build(keep))
+        table.commit(staged)
+        return await self._acknowledge(part, info, acks)
+
+    async def _dedup_table(self, part: Partition) -> DedupTable:
+        """The partition's de-duplication table, rebuilt from its log first if need be (one rebuild
+        however many sends wait for it; a failed one is retried by the next send)."""
+        task = part.dedup_loading
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._rebuild_dedup(part, part.dedup_generation),
+                                                          name=f"dedup-{part.topic}-{part.index}")
+            part.dedup_loading = task
+        try:
+            return await asyncio.shield(task)
+        except Exception:
+            if part.dedup_loading is task:
+                part.dedup_loading = None
+            raise
+
+    async def _rebuild_dedup(self, part: Partition, generation: int) -> DedupTable:
+        t = self.topics.get(part.topic)
+        config = t.meta.config if t is not None else {}
+        table = DedupTable(int(config.get(DEDUP_PRODUCERS, DEFAULT_MAX_PRODUCERS)))
+        window = int(config.get(DEDUP_WINDOW, DEFAULT_WINDOW))
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        end = part.log.next_offset
+        offset = max(part.log.log_start_offset, end - window)
+        first = offset
+        while True:
+            offset = await loop.run_in_executor(self._io, rebuild, table, part.log, offset, end)
+            if part.log.next_offset <= end:  # nothing appended meanwhile (and no await from here on)
+                break
+            offset, end = max(offset, end), part.log.next_offset
+        if part.dedup_generation == generation:
+            part.dedup = table
+            part.dedup_loading = None
+        log.info("rebuilt message de-duplication of %s/%d from offsets %d-%d: %d producers in %.3f s",
+                 part.topic, part.index, first, end - 1, len(table), time.monotonic() - started)
+        return table
 
     async def _await_replication(self, part: Partition, last_offset: int) -> None:
         deadline = time.monotonic() + self.config.ack_all_timeout_ms / 1000

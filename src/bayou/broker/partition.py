@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from bayou.broker.dedup import DedupTable
 from bayou.broker.producers import ProducerTable
 from bayou.broker.replication import ReplicaTracker
 from bayou.broker.settings import BrokerConfig
@@ -25,6 +26,12 @@ class Partition:
         self.last_flush = 0.0
         self.producers = ProducerTable()
         self.round_robin = 0  # next partition hint for unkeyed, unpartitioned produce
+        # Message de-duplication (``message.deduplication``): None until the first de-duplicated
+        # send after start rebuilds it from the log (Broker.produce_unique); ``dedup_loading`` is
+        # that rebuild while it runs, ``dedup_generation`` tells it whether it was reset meanwhile.
+        self.dedup: DedupTable | None = None
+        self.dedup_loading: asyncio.Task[DedupTable] | None = None
+        self.dedup_generation = 0
 
     @property
     def leader_last(self) -> int:
@@ -42,6 +49,13 @@ class Partition:
         if self.log.config.fsync.mode == "always":
             hw = min(hw, self.log.durable_offset)
         return hw
+
+    def reset_dedup(self) -> None:
+        """Forget the de-duplication table (config changed, log purged): the next de-duplicated
+        send rebuilds it from what the log holds then."""
+        self.dedup = None
+        self.dedup_loading = None
+        self.dedup_generation += 1
 
     def notify(self) -> None:
         waiters, self._waiters = self._waiters, []

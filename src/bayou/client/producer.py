@@ -48,13 +48,24 @@ class _Batch:
     topic: str
     partition: int
     values: list[bytes] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    headers: list[HeaderList] = field(default_factory=list)
-    futures: list[Future[RecordMetadata]] = field(default_factory=list)
+    keys: list[bytes | None] | None = None  # made when the first key arrives
+    headers: list[HeaderList] | None = None  # made when the first headers arrive
+    future: Future[RecordMetadata] = field(default_factory=Future)
     size: int = 0
     created: float = field(default_factory=time.monotonic)
-    keyed: bool = False
-    with_headers: bool = False
+
+    def add_extras(self, key: bytes | None, headers: HeaderList | None) -> None:
+        """Record the key and headers of the value just appended (the slow path)."""
+        n = len(self.values)
+        if key is not None and self.keys is None:
+            self.keys = [None] * (n - 1)
+        if self.keys is not None:
+            self.keys.append(key)
+            self.size += len(key) if key else 0
+        if headers and self.headers is None:
+            self.headers = [()] * (n - 1)
+        if self.headers is not None:
+            self.headers.append(headers or ())
 
 
 class _Accumulator:
@@ -77,25 +88,23 @@ class _Accumulator:
             self.sticky[topic] = p
         return p
 
-    def add(self, topic: str, partition: int, value: bytes, key: bytes | None, headers: HeaderList | None,
-            fut: Future[RecordMetadata]) -> _Batch | None:
-        """Add one record; return a batch that became full (and is no longer open)."""
+    def add(self, topic: str, partition: int, value: bytes, key: bytes | None,
+            headers: HeaderList | None) -> tuple[_Batch, bool]:
+        """Add one record to its partition's open batch; return the batch and whether it became
+        full (and so is no longer open)."""
         b = self.open.get((topic, partition))
         if b is None:
             b = self.open[(topic, partition)] = _Batch(topic, partition)
         b.values.append(value)
-        b.keys.append(key)
-        b.headers.append(headers or ())
-        b.futures.append(fut)
-        b.size += len(value) + (len(key) if key else 0) + 64
-        b.keyed = b.keyed or key is not None
-        b.with_headers = b.with_headers or bool(headers)
+        b.size += len(value) + 64
+        if key is not None or headers or b.keys is not None or b.headers is not None:
+            b.add_extras(key, headers)
         if b.size >= self.batch_size or len(b.values) >= self.max_batch_records:
             del self.open[(topic, partition)]
             if key is None:  # sticky partitioner: the next unkeyed batch goes elsewhere
                 self.sticky.pop(topic, None)
-            return b
-        return None
+            return b, True
+        return b, False
 
     def due(self, linger_s: float, now: float, everything: bool = False) -> list[_Batch]:
         out = [b for b in self.open.values() if everything or now - b.created >= linger_s]
@@ -136,7 +145,8 @@ class Producer:
         self._acc = _Accumulator(batch_size, max_batch_records, idempotent)
         self._ready: list[_Batch] = []
         self._partitions: dict[str, int] = {}
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._inflight = 0
         self._closed = False
         self._error: BaseException | None = None
@@ -157,25 +167,27 @@ class Producer:
 
     def send(self, topic: str, value: bytes, *, key: bytes | None = None,
              headers: HeaderList | None = None, partition: int | None = None) -> Future[RecordMetadata]:
-        """Queue one record; the future gives its topic and partition once sent (or the error)."""
+        """Queue one record; the future gives its topic and partition once sent (or the error).
+        Records batched together share one future."""
         if self._closed:
             raise BayouClientError("producer is closed")
         if partition is None:
-            partition = self._acc.choose(topic, key, self.partitions_for(topic))
-        fut: Future[RecordMetadata] = Future()
-        with self._cond:
-            full = self._acc.add(topic, partition, value, key, headers, fut)
-            if full is not None:
-                self._ready.append(full)
+            n = self._partitions.get(topic)
+            partition = self._acc.choose(topic, key, n if n is not None else self.partitions_for(topic))
+        with self._lock:
+            batch, full = self._acc.add(topic, partition, value, key, headers)
+            if full:
+                self._ready.append(batch)
                 self._inflight += 1
                 self._cond.notify_all()
-        return fut
+        return batch.future
 
     def send_batch(self, topic: str, partition: int, values: Sequence[bytes]) -> None:
         """Send ``values`` to one partition now, bypassing the accumulator (ordered after nothing
         queued earlier for it: call ``flush`` first if that matters)."""
-        b = _Batch(topic, partition, list(values), [None] * len(values), [()] * len(values))
+        b = _Batch(topic, partition, list(values))
         self._send([b])
+        b.future.result()
 
     def flush(self, timeout: float | None = None) -> None:
         with self._cond:
@@ -234,8 +246,7 @@ class Producer:
             ids = self._acc.ids(b)
             try:
                 addr: ops.Address = self.client.run(self.client.resolver.address(b.topic))
-                frames.append(send_frame(*addr, b.partition, b.values, b.keys if b.keyed else None,
-                                         b.headers if b.with_headers else None, ids))
+                frames.append(send_frame(*addr, b.partition, b.values, b.keys, b.headers, ids))
             except (BayouClientError, ValueError) as exc:
                 frames.append(b"")
                 _fail(b, exc)
@@ -267,16 +278,13 @@ class Producer:
 
 
 def _done(b: _Batch) -> None:
-    meta = RecordMetadata(b.topic, b.partition)
-    for f in b.futures:
-        if not f.done():
-            f.set_result(meta)
+    if not b.future.done():
+        b.future.set_result(RecordMetadata(b.topic, b.partition))
 
 
 def _fail(b: _Batch, exc: BaseException) -> None:
-    for f in b.futures:
-        if not f.done():
-            f.set_exception(exc)
+    if not b.future.done():
+        b.future.set_exception(exc)
 
 
 class AsyncProducer:
@@ -307,13 +315,12 @@ class AsyncProducer:
             if n is None:
                 n = self._partitions[topic] = await self.client.partition_count(topic)
             partition = self._acc.choose(topic, key, n)
-        cfut: Future[RecordMetadata] = Future()
-        full = self._acc.add(topic, partition, value, key, headers, cfut)
-        if full is not None:
-            self._spawn(full)
+        batch, full = self._acc.add(topic, partition, value, key, headers)
+        if full:
+            self._spawn(batch)
         elif self._linger_task is None or self._linger_task.done():
             self._linger_task = asyncio.create_task(self._linger())
-        return asyncio.wrap_future(cfut)
+        return asyncio.wrap_future(batch.future)
 
     def _spawn(self, b: _Batch) -> None:
         t = asyncio.create_task(self._send(b))
@@ -328,8 +335,8 @@ class AsyncProducer:
 
     async def _send(self, b: _Batch) -> None:
         try:
-            await self.client.send(b.topic, b.partition, b.values, b.keys if b.keyed else None,
-                                   b.headers if b.with_headers else None, self._acc.ids(b))
+            await self.client.send(b.topic, b.partition, b.values, b.keys, b.headers,
+                                   self._acc.ids(b))
         except BayouClientError as exc:
             _fail(b, exc)
         else:

@@ -28,6 +28,7 @@ _KIND_RAW = int(m.HeaderKind.RAW)
 _TLV = struct.Struct("<BI")
 _MAX_FIELD = 255
 _U64_MASK = 0xFFFF_FFFF_FFFF_FFFF
+_KEY_FIELD = _TLV.pack(_KIND_STRING, len(_KEY_HEADER_RAW)) + _KEY_HEADER_RAW
 
 KAFKA_HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 KAFKA_SCHEMA = pa.schema([
@@ -121,9 +122,15 @@ def send_frame(stream: m.Identifier, topic: m.Identifier, partition: int, values
     parts: list[bytes] = []
     end = 0
     pack = L_HEADER.pack
+    key_field = _TLV.pack
     for i, value in enumerate(values):
-        hdr = encode_headers(keys[i] if keys is not None else None,
-                             headers[i] if headers is not None else None)
+        if headers is None:  # the common keyed case, without a call per message
+            key = keys[i] if keys is not None else None
+            hdr = b"" if key is None else _KEY_FIELD + key_field(_KIND_RAW, len(key)) + key
+            if key is not None and not 1 <= len(key) <= _MAX_FIELD:
+                raise ValueError(f"Iggy header fields are 1..255 bytes, got {len(key)}")
+        else:
+            hdr = encode_headers(keys[i] if keys is not None else None, headers[i])
         mid = message_ids[i] if message_ids is not None else 0
         parts.append(pack(0, mid & _U64_MASK, mid >> 64, 0, 0, origin_us, len(hdr), len(value), 0))
         parts.append(value)

@@ -40,7 +40,7 @@ import crc32c
 from bayou.errors import CorruptRecord
 from bayou.records.compression import DEFAULT_MAX_DECOMPRESSED, Compression, compress, decompress
 from bayou.records.cursus import FORMAT_CURSUS, decode_messages, message_to_record
-from bayou.records.iggy import FORMAT_IGGY, decode_frames
+from bayou.records.iggy import FORMAT_IGGY, decode_frames, frame_ids, frame_positions, frame_stride
 from bayou.records.model import Record as Record  # re-exported: the batch API speaks Record
 from bayou.records.tank import FORMAT_TANK, decode_bundle_records
 from bayou.records.varint import decode_varint, encode_varint
@@ -355,4 +355,39 @@ def decode_records(
         )
     if p != n:
         raise CorruptRecord("trailing bytes after the last record")
+    return out
+
+
+def message_ids(buf: Buffer, pos: int = 0, *,
+                max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> list[tuple[int, int]]:
+    """(offset, message id) of every record of the batch at ``pos`` that carries an id, in order,
+    without decoding keys, values or headers (the de-duplication rebuild reads only these). Iggy
+    frames (``FORMAT_IGGY``) carry theirs in the frame header; Cursus and TANK payloads carry none."""
+    h = decode_header(buf, pos)
+    if len(buf) - pos < h.size:
+        raise CorruptRecord("truncated batch")
+    if h.payload_format not in (FORMAT_RECORDS, FORMAT_IGGY) or not h.record_count:
+        return []
+    body = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
+    data: Buffer = body if not h.compression else decompress(h.compression, bytes(body), max_decompressed)
+    if h.payload_format == FORMAT_IGGY:
+        stride = frame_stride(h.base_sequence) if not h.compression else 0
+        ids = frame_ids(data, frame_positions(data, 0, len(data), h.record_count, stride))
+        return [(h.base_offset + i, mid) for i, mid in enumerate(ids) if mid]
+    out: list[tuple[int, int]] = []
+    p = 0
+    n = len(data)
+    for _ in range(h.record_count):
+        length, p = decode_varint(data, p)
+        end = p + length
+        if length < 1 or end > n:
+            raise CorruptRecord("record length past the end of the batch")
+        if data[p] & RECORD_HAS_MESSAGE_ID:
+            if p + 17 > end:
+                raise CorruptRecord("truncated message id")
+            msg_id = int.from_bytes(data[p + 1 : p + 17], "big")
+            _ts_delta, q = decode_varint(data, p + 17)
+            off_delta, _q = decode_varint(data, q)
+            out.append((h.base_offset + off_delta, msg_id))
+        p = end
     return out

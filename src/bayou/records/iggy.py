@@ -19,10 +19,13 @@ uses for idempotent producers carry Iggy's two batch timestamps instead:
 - ``producer_id`` = the batch origin timestamp in microseconds (the producer's clock); a frame's
   origin time is that plus its ``timestamp_delta``.
 
-Seen as a ``Record``: value = payload, key = None, timestamp = append time (ms), message_id = id
-(None for 0), headers = ``iggy.origin_ts`` (u64 LE microseconds) followed by one header per user
-header: ``iggy.h.<key>`` for a UTF-8 string key, ``iggy.hk.<key kind>.<key hex>`` otherwise, the
-value being one byte of value kind then the value bytes.
+Seen as a ``Record``: value = payload, timestamp = append time (ms), message_id = id (None for 0),
+key = the value of the user header ``bayou.key`` (string key, RAW value: the Iggy form of a bayou
+record key, so a V1, Cursus or TANK consumer sees the key an Iggy producer set) or None, headers =
+``iggy.origin_ts`` (u64 LE microseconds) followed by one header per other user header:
+``iggy.h.<key>`` for a UTF-8 string key, ``iggy.hk.<key kind>.<key hex>`` otherwise, the value
+being one byte of value kind then the value bytes. Only the first ``bayou.key`` header is the key;
+the frame keeps it, so an Iggy consumer served the stored bytes gets it back unchanged.
 """
 
 from __future__ import annotations
@@ -39,12 +42,15 @@ FRAME_SIZE = FRAME.size  # 48
 _LENGTHS = struct.Struct("<II")  # user_headers_length, payload_length at frame offset 32
 _TLV_LEN = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+_ID = struct.Struct("<QQ")  # id lo, id hi at frame offset 8
 
 PREFIX = "iggy."
 ORIGIN_TIMESTAMP = "iggy.origin_ts"
 STRING_KEY_PREFIX = "iggy.h."
 TYPED_KEY_PREFIX = "iggy.hk."
 KIND_STRING = 2
+KIND_RAW = 1
+KEY_HEADER = b"bayou.key"  # a string-keyed RAW user header: the record key (see the docstring)
 
 Buffer = bytes | bytearray | memoryview
 
@@ -95,8 +101,16 @@ def frame_positions(data: Buffer, start: int, end: int, count: int, stride: int 
 
 def user_headers_to_record(buf: Buffer, pos: int, end: int) -> list[tuple[str, bytes]]:
     """Iggy user headers (key kind u8, key u32-len, value kind u8, value u32-len, repeated) as
-    record headers, named as the module docstring says."""
+    record headers, named as the module docstring says (the key header included)."""
+    return split_user_headers(buf, pos, end)[1]
+
+
+def split_user_headers(buf: Buffer, pos: int, end: int, *, take_key: bool = False
+                       ) -> tuple[bytes | None, list[tuple[str, bytes]]]:
+    """(record key, record headers) of a frame's user headers; with ``take_key`` the first
+    ``bayou.key`` RAW header is the key and not a header."""
     out: list[tuple[str, bytes]] = []
+    record_key: bytes | None = None
     mv = memoryview(buf)
     while pos < end:
         if end - pos < 5:
@@ -113,8 +127,12 @@ def user_headers_to_record(buf: Buffer, pos: int, end: int) -> list[tuple[str, b
         pos += 5 + vlen
         if len(value) != vlen or pos > end:
             raise CorruptRecord("Iggy header value past the end of its message")
+        if (take_key and record_key is None and key_kind == KIND_STRING and value_kind == KIND_RAW
+                and key == KEY_HEADER):
+            record_key = value
+            continue
         out.append((header_name(key_kind, key), bytes((value_kind,)) + value))
-    return out
+    return record_key, out
 
 
 def header_name(key_kind: int, key: bytes) -> str:
@@ -137,10 +155,22 @@ def decode_frames(data: Buffer, start: int, end: int, count: int, *, base_offset
         body = pos + FRAME_SIZE
         payload = bytes(data[body : body + plen])
         headers: list[tuple[str, bytes]] = [(ORIGIN_TIMESTAMP, _U64.pack(origin_base_us + ts_delta))]
+        key: bytes | None = None
         if hlen:
-            headers.extend(user_headers_to_record(data, body + plen, body + plen + hlen))
+            key, user = split_user_headers(data, body + plen, body + plen + hlen, take_key=True)
+            headers.extend(user)
         msg_id = lo | (hi << 64)
-        out.append(Record(value=payload, key=None, timestamp=append_ms, headers=tuple(headers),
+        out.append(Record(value=payload, key=key, timestamp=append_ms, headers=tuple(headers),
                           message_id=msg_id or None, offset=base_offset + i))
+    return out
+
+
+def frame_ids(data: Buffer, positions: list[int]) -> list[int]:
+    """The u128 id of each frame starting at ``positions[:-1]`` (``frame_positions``' output)."""
+    unpack = _ID.unpack_from
+    out: list[int] = []
+    for p in positions[:-1]:
+        lo, hi = unpack(data, p + 8)
+        out.append(lo | hi << 64)
     return out
 

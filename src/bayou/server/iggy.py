@@ -12,6 +12,15 @@ back from the stored bytes; records produced through other protocols are convert
 client polls them. Iggy's "stored consumer offset" is the offset of the last consumed message,
 bayou's committed offset the next one to read: stored = committed - 1 at this boundary, so a V1 or
 Cursus consumer of the same group resumes where an Iggy one stopped.
+
+bayou's extensions, which an Iggy client may use and an unaware one never meets: the user header
+``bayou.key`` (string key, RAW value) is the record key (``records.iggy``, ``convert``); a topic
+created in the ``default`` stream is the bayou topic of exactly that name, and CREATE_TOPIC /
+UPDATE_TOPIC options named like bayou topic config keys set that config (``_bayou_config``; in L
+the options block follows the name); on a topic with ``message.deduplication=true`` every send
+path stores only the messages whose ids are not replays (``Broker.produce_unique``,
+``broker/dedup.py``): a wholly replayed send succeeds and stores nothing (V confirmation: the
+partition's log end as base offset).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import xxhash
 
 from bayou import __version__
 from bayou.broker import Acks, Broker
+from bayou.broker.broker import TOPIC_KEYS
 from bayou.broker.groups.coordinator import IGGY_POLICY
 from bayou.errors import BayouError, GroupNotFound, TopicAlreadyExists, UnknownMember
 from bayou.protocols.iggy import messages as m
@@ -71,16 +81,25 @@ from bayou.protocols.iggy.stored import (
     legacy_messages_uniform,
     legacy_send_frames,
     mint_uuid4,
+    select_frames,
     vsr_record,
     vsr_send_frames,
 )
 from bayou.protocols.iggy.wire import option
 from bayou.records.batch import HEADER_SIZE, assemble_batch, decode_records, encode_batch, iter_batches
-from bayou.records.iggy import FORMAT_IGGY, append_time_us, frame_positions, frame_stride, split_append_time
+from bayou.records.iggy import (
+    FORMAT_IGGY,
+    append_time_us,
+    frame_ids,
+    frame_positions,
+    frame_stride,
+    split_append_time,
+)
 from bayou.records.model import Record
 from bayou.server.base import Connection, Listener
 from bayou.server.iggy_catalog import Catalog, GroupEntry, StreamEntry, TopicEntry
 from bayou.server.iggy_users import Action, AuthFailure, User, UserStore, UserStoreError, allowed
+from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.iggy")
 
@@ -355,7 +374,7 @@ class IggyService:
 
     async def _find_stream(self, ident: m.Identifier) -> StreamEntry | None:
         entry = self.catalog.stream(ident.value)
-        if entry is None:
+        if entry is None or entry.is_default:  # the default stream mirrors other protocols' topics
             await self._sync()
             entry = self.catalog.stream(ident.value)
         return entry
@@ -692,12 +711,14 @@ class IggyService:
         return cfg
 
     async def _create_topic(self, s: Session, req: m.CreateTopic) -> m.TopicDetails:
+        """A topic of an Iggy stream is the bayou topic ``<stream>.<topic>`` (iggy_catalog); one of
+        the default stream is the bayou topic of exactly that name (bayou's topic name rule)."""
         stream = await self._require_stream(req.stream)
         self._permit(s, "manage_topics", stream.id)
         _check_name(req.name, Status.INVALID_TOPIC_NAME)
         if stream.is_default:
-            raise IggyError(Status.FEATURE_UNAVAILABLE,
-                            "the default stream shows topics made by other protocols; create a stream")
+            validate_topic_name(req.name)
+            await self._sync()  # the default stream mirrors topics other protocols create and delete
         if stream.topic(req.name) is not None:
             raise IggyError(Status.TOPIC_NAME_ALREADY_EXISTS, f"topic {req.name!r} exists")
         if req.topic_id is not None:
@@ -709,7 +730,6 @@ class IggyService:
             raise IggyError(Status.INVALID_PARTITIONS_COUNT, f"{req.partitions_count} partitions")
         expiry = req.message_expiry or 0
         max_size = req.max_topic_size or 0
-        name = self.catalog.bayou_topic_name(stream.name, req.name, set(self.broker.topics))
         config = {k: v for k, v in self._retention(expiry, max_size, req.partitions_count).items()
                   if v is not None}
         if req.replication_factor:
@@ -719,11 +739,17 @@ class IggyService:
             size = int.from_bytes(segment.value, "little")
             if size:
                 config["segment.bytes"] = str(size)
-        try:
+        config.update(_bayou_config(req.options))
+        if stream.is_default:
+            name = req.name  # TopicAlreadyExists (made elsewhere) answers TOPIC_NAME_ALREADY_EXISTS
             await self.broker.create_topic(name, req.partitions_count, config)
-        except TopicAlreadyExists:  # created elsewhere in between: take the next free name
-            name = self.catalog.bayou_topic_name(stream.name, req.name, set(self.broker.topics) | {name})
-            await self.broker.create_topic(name, req.partitions_count, config)
+        else:
+            name = self.catalog.bayou_topic_name(stream.name, req.name, set(self.broker.topics))
+            try:
+                await self.broker.create_topic(name, req.partitions_count, config)
+            except TopicAlreadyExists:  # created elsewhere in between: take the next free name
+                name = self.catalog.bayou_topic_name(stream.name, req.name, set(self.broker.topics) | {name})
+                await self.broker.create_topic(name, req.partitions_count, config)
         topic = self.catalog.add_topic(stream, req.name, name, now_us(), topic_id=req.topic_id,
                                        compression=req.compression_algorithm or 1, message_expiry=expiry,
                                        max_topic_size=max_size,
@@ -752,8 +778,9 @@ class IggyService:
         if other is not None and other is not topic:
             raise IggyError(Status.TOPIC_NAME_ALREADY_EXISTS, f"topic {req.name!r} exists")
         partitions = self.broker.partition_count(topic.topic)
-        await self.broker.alter_topic_config(
-            topic.topic, self._retention(req.message_expiry, req.max_topic_size, partitions))
+        changes = self._retention(req.message_expiry, req.max_topic_size, partitions)
+        changes.update(_bayou_config(req.options))
+        await self.broker.alter_topic_config(topic.topic, changes)
         topic.name = req.name
         topic.compression = req.compression_algorithm or 1
         topic.message_expiry = req.message_expiry
@@ -826,11 +853,34 @@ class IggyService:
     async def _append_frames(self, s: Session, stream: StreamEntry, topic: TopicEntry, partition: int,
                              frames: bytes, count: int, origin_base: int, stride: int) -> int:
         self._permit(s, "send", stream.id, topic.id)
+        if self.broker.deduplicating(topic.topic):
+            return await self._append_unique_frames(topic, partition, frames, count, origin_base, stride)
         ms, sub = split_append_time(now_us(), stride)
         batch = assemble_batch(frames, record_count=count, base_offset=0,
                                attributes=FORMAT_IGGY << 8, base_timestamp=ms, max_timestamp=ms,
                                producer_id=origin_base, base_sequence=sub)
         result = await self.broker.produce(topic.topic, partition, batch, Acks.LEADER, create=False)
+        return result.base_offset
+
+    async def _append_unique_frames(self, topic: TopicEntry, partition: int, frames: bytes, count: int,
+                                    origin_base: int, stride: int) -> int:
+        """A send to a topic with ``message.deduplication``: only messages whose ids are not
+        replays are stored (``Broker.produce_unique``), renumbered when some are dropped. Returns
+        the base offset of what was stored, or the log end when every message was a replay."""
+        positions = frame_positions(frames, 0, len(frames), count, stride)
+
+        def build(keep: list[bool]) -> bytes:
+            data, n, size = frames, count, stride
+            if not all(keep):
+                data, size = select_frames(frames, positions, keep)
+                n = sum(keep)
+            ms, sub = split_append_time(now_us(), size)
+            return assemble_batch(data, record_count=n, base_offset=0, attributes=FORMAT_IGGY << 8,
+                                  base_timestamp=ms, max_timestamp=ms, producer_id=origin_base,
+                                  base_sequence=sub)
+
+        result = await self.broker.produce_unique(topic.topic, partition, frame_ids(frames, positions),
+                                                  build, Acks.LEADER)
         return result.base_offset
 
     async def _append_keyed(self, s: Session, stream: StreamEntry, topic: TopicEntry, partition: int,
@@ -840,8 +890,14 @@ class IggyService:
         ms = now_us() // 1000
         records = [Record(r.value, r.key, ms, r.headers, r.message_id or mint_uuid4())
                    for r in send_to_records(req)]
-        result = await self.broker.produce(topic.topic, partition, encode_batch(records), Acks.LEADER,
-                                           create=False)
+        if self.broker.deduplicating(topic.topic):
+            def build(keep: list[bool]) -> bytes:
+                return encode_batch([r for r, k in zip(records, keep, strict=True) if k])
+            ids = [r.message_id or 0 for r in records]
+            result = await self.broker.produce_unique(topic.topic, partition, ids, build, Acks.LEADER)
+        else:
+            result = await self.broker.produce(topic.topic, partition, encode_batch(records), Acks.LEADER,
+                                               create=False)
         return result.base_offset
 
     async def _send_vsr(self, s: Session, body: bytes) -> bytes:
@@ -1163,6 +1219,26 @@ class IggyService:
             if member == s.member:
                 return m.ConsumerGroupAssignment(desc.generation, tuple(parts))
         return None
+
+
+def _bayou_config(options: m.Headers) -> dict[str, str]:
+    """bayou topic config carried in CREATE_TOPIC / UPDATE_TOPIC options: every option whose
+    (string) key is a per-topic config key (``segment.bytes``, ``retention.ms``, ``fsync``,
+    ``message.deduplication``, ...), its value a UTF-8 string of kind STRING or RAW. Other keys are
+    Iggy's own or unknown and left alone; such a key with any other value is INVALID_OPTION_VALUE,
+    as is a value the topic refuses (checked when it is applied)."""
+    out: dict[str, str] = {}
+    for o in options:
+        key = o.name
+        if key is None or key not in TOPIC_KEYS:
+            continue
+        if o.value_kind not in (m.HeaderKind.STRING, m.HeaderKind.RAW):
+            raise IggyError(Status.INVALID_OPTION_VALUE, f"option {key} must be a string")
+        try:
+            out[key] = o.value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise IggyError(Status.INVALID_OPTION_VALUE, f"option {key} is not UTF-8") from None
+    return out
 
 
 def _check_name(name: str, status: Status) -> None:

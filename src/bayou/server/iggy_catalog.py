@@ -9,8 +9,10 @@ written temp + fsync + rename):
   ``[A-Za-z0-9_-]`` become ``_``; a name that is taken or was changed by that rule gets a short
   hash suffix), so V1, Cursus and TANK clients reach it by that name;
 - every bayou topic no Iggy stream holds (created by another protocol) appears in the **default
-  stream**, named ``default`` with id ``DEFAULT_STREAM_ID``, under its own name. The default stream
-  is listed only while it holds topics, and its name is reserved;
+  stream**, named ``default`` with id ``DEFAULT_STREAM_ID``, under its own name, and a topic an
+  Iggy client creates in the default stream is the bayou topic of exactly its name (bayou's topic
+  name rule). The default stream always resolves, by name and id (empty on an empty broker), but
+  is listed only while it holds topics; its name is reserved;
 - consumer groups live inside their topic (Iggy's model); the broker knows an Iggy group as
   ``iggy.<bayou topic>.<group name>``, so its committed offsets are the same ones a V1 or Cursus
   consumer of that group name would see.
@@ -132,12 +134,13 @@ class Catalog:
     # -- lookups -------------------------------------------------------------------------------
 
     def stream(self, ident: int | str) -> StreamEntry | None:
+        """A stream by id or name; the default stream always resolves, even empty."""
         if isinstance(ident, int):
             if ident == DEFAULT_STREAM_ID:
-                return self.default if self.default.topics else None
+                return self.default
             return self.streams.get(ident)
         if ident == DEFAULT_STREAM_NAME:
-            return self.default if self.default.topics else None
+            return self.default
         return next((s for s in self.streams.values() if s.name == ident), None)
 
     def visible_streams(self) -> list[StreamEntry]:

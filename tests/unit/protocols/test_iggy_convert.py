@@ -65,7 +65,8 @@ def test_records_from_other_protocols() -> None:
                                          ("iggy.other", b"v")))
     polled = record_to_polled(foreign, timestamp=7)
     assert polled.origin_timestamp == 1_000_000  # ms -> us when no exact origin was stored
-    assert polled.headers == (m.UserHeader(b"content-type", b"json", m.HeaderKind.STRING, m.HeaderKind.RAW),)
+    assert polled.headers == (m.UserHeader(b"bayou.key", b"k", m.HeaderKind.STRING, m.HeaderKind.RAW),  # key
+                              m.UserHeader(b"content-type", b"json", m.HeaderKind.STRING, m.HeaderKind.RAW))
 
 
 def test_header_from_record_limits() -> None:

@@ -106,7 +106,9 @@ def test_lookups_by_id_and_name(catalog: Catalog) -> None:
 
 
 def test_foreign_topics_appear_in_the_default_stream(catalog: Catalog) -> None:
-    assert catalog.stream(DEFAULT_STREAM_ID) is None and catalog.stream(DEFAULT_STREAM_NAME) is None
+    # the default stream always resolves (empty), but is listed only while it holds topics
+    assert catalog.stream(DEFAULT_STREAM_ID) is catalog.stream(DEFAULT_STREAM_NAME) is catalog.default
+    assert catalog.default.topics == {}
     assert catalog.visible_streams() == []
     assert catalog.sync(["zeta", "alpha"], NOW) is True
     default = catalog.stream(DEFAULT_STREAM_NAME)
@@ -133,7 +135,7 @@ def test_a_default_topic_later_mapped_by_iggy_leaves_the_default_stream(catalog:
     s = catalog.add_stream("s", NOW)
     catalog.add_topic(s, "t", "s.t", NOW)
     assert catalog.sync(["s.t"], NOW) is True
-    assert catalog.default.topics == {} and catalog.stream(DEFAULT_STREAM_ID) is None
+    assert catalog.default.topics == {} and catalog.visible_streams() == [s]
 
 
 def test_deletions_elsewhere_are_forgotten(catalog: Catalog) -> None:
@@ -146,7 +148,7 @@ def test_deletions_elsewhere_are_forgotten(catalog: Catalog) -> None:
     assert [t.name for t in catalog.default.topics.values()] == ["foreign"]
     assert catalog.stream("s") is s  # a stream outlives its topics
     assert catalog.sync([], NOW) is True
-    assert s.topics == {} and catalog.stream(DEFAULT_STREAM_NAME) is None
+    assert s.topics == {} and catalog.default.topics == {} and catalog.visible_streams() == [s]
     # a name that comes back is a new topic with the lowest free id
     catalog.sync(["gone-soon"], NOW)
     assert [(t.id, t.name) for t in catalog.default.topics.values()] == [(0, "gone-soon")]

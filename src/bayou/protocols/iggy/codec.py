@@ -488,8 +488,15 @@ def _create_topic(payload: bytes, dialect: Dialect) -> m.Request:
             _option_int(opts, "replication_factor", m.HeaderKind.UINT8), options=opts)
     compression, expiry, max_size, rf = r.u8(), r.u64(), r.u64(), r.u8()
     name = r.name8(Status.INVALID_TOPIC_NAME)
-    r.done()
-    return m.CreateTopic(stream, name, count, compression, expiry, max_size, rf)
+    return m.CreateTopic(stream, name, count, compression, expiry, max_size, rf,
+                         options=_legacy_options(payload, r))
+
+
+def _legacy_options(payload: bytes, r: Reader) -> m.Headers:
+    """bayou's extension of L CREATE_TOPIC and UPDATE_TOPIC: an options block (V's layout, C.8)
+    may follow the name, for bayou topic config (``segment.bytes``, ...). The 0.8 layout ends at
+    the name, so a 0.8 client's request has none."""
+    return decode_options(payload, r.pos) if r.pos < len(payload) else ()
 
 
 def _update_topic(payload: bytes, dialect: Dialect) -> m.Request:
@@ -508,8 +515,8 @@ def _update_topic(payload: bytes, dialect: Dialect) -> m.Request:
     compression, expiry, max_size = r.u8(), r.u64(), r.u64()
     rf = r.u8()
     name = r.name8(Status.INVALID_TOPIC_NAME)
-    r.done()
-    return m.UpdateTopic(stream, topic, compression, expiry, max_size, name, rf)
+    return m.UpdateTopic(stream, topic, compression, expiry, max_size, name, rf,
+                         options=_legacy_options(payload, r))
 
 
 def _delete_segments(payload: bytes, dialect: Dialect) -> m.Request:
@@ -700,7 +707,7 @@ def _enc_create_topic(req: m.CreateTopic, dialect: Dialect) -> bytes:
     return (head + U32.pack(req.partitions_count)
             + struct.pack("<BQQB", req.compression_algorithm or m.CompressionAlgorithm.NONE,
                           req.message_expiry or 0, req.max_topic_size or 0, req.replication_factor or 0)
-            + enc_name8(req.name))
+            + enc_name8(req.name) + enc_user_headers(req.options))  # options: a bayou extension in L
 
 
 def _enc_update_topic(req: m.UpdateTopic, dialect: Dialect) -> bytes:
@@ -708,7 +715,8 @@ def _enc_update_topic(req: m.UpdateTopic, dialect: Dialect) -> bytes:
     if dialect is Dialect.VSR:  # the settings travel in the options, as in CREATE_TOPIC
         return head + enc_name8(req.name) + enc_user_headers(req.options)
     return (head + struct.pack("<BQQ", req.compression_algorithm, req.message_expiry, req.max_topic_size)
-            + U8.pack(req.replication_factor or 0) + enc_name8(req.name))
+            + U8.pack(req.replication_factor or 0) + enc_name8(req.name)
+            + enc_user_headers(req.options))  # options: a bayou extension in L
 
 
 def _enc_create_group(req: m.CreateConsumerGroup, dialect: Dialect) -> bytes:

@@ -3,17 +3,23 @@
 Stored form of one Iggy message (so any front end can serve it, and Iggy gets it back intact):
 
 - ``Record.value`` = the payload; ``Record.message_id`` = the u128 id (0, "server chooses", becomes
-  None so the server can mint one); ``Record.key`` = the SEND's messages key (partitioning kind 3)
-  or None: Iggy messages have no key of their own.
+  None so the server can mint one); ``Record.key`` = the message's ``bayou.key`` user header (a
+  string key ``bayou.key`` with a RAW value: the Iggy form of a bayou record key, not kept among
+  the headers), else the SEND's messages key (partitioning kind 3), else None.
 - ``Record.timestamp`` (milliseconds, like every record) = origin timestamp // 1000; the exact
   origin timestamp in microseconds is kept in the header ``iggy.origin_ts`` (u64 little-endian).
 - each user header becomes one record header. Name: ``iggy.h.<key>`` for a string key (kind 2,
   UTF-8), ``iggy.hk.<key kind>.<key as hex>`` for any other key kind. Value: one byte holding the
   value kind, then the raw value bytes. Order is kept.
 
-Serving a record back (``record_to_polled``): the ``iggy.*`` headers above are turned back into the
-user headers and origin timestamp; headers a record got from another protocol become string-keyed
-RAW headers when name and value are 1..255 bytes (the Iggy limits) and are left out otherwise.
+Serving a record back (``record_to_polled``): a record key of 1..255 bytes (the Iggy limits)
+becomes the first user header, ``bayou.key`` (string key, RAW value), so an Iggy consumer sees the
+key a V1, Cursus or TANK producer (or an Iggy messages-key send) gave the record; no other
+``bayou.key`` header is served then, so the key is never there twice. The ``iggy.*`` headers above
+are turned back into the user headers and origin timestamp; headers a record got from another
+protocol become string-keyed RAW headers when name and value are 1..255 bytes and are left out
+otherwise. (Messages sent through Iggy without a messages key are stored as frames and served as
+stored, their ``bayou.key`` header where the producer put it: they never pass through here.)
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ PREFIX = "iggy."
 STRING_KEY_PREFIX = "iggy.h."
 TYPED_KEY_PREFIX = "iggy.hk."
 ORIGIN_TIMESTAMP = "iggy.origin_ts"
+KEY_HEADER = b"bayou.key"
 _U64 = struct.Struct("<Q")
 _MAX_FIELD = 255
 
@@ -71,10 +78,30 @@ def _checked(h: UserHeader) -> UserHeader | None:
     return h if ok else None
 
 
+def is_key_header(h: UserHeader) -> bool:
+    """Whether ``h`` is the Iggy form of a record key (string key ``bayou.key``, RAW value)."""
+    return h.key == KEY_HEADER and h.key_kind == HeaderKind.STRING and h.value_kind == HeaderKind.RAW
+
+
+def key_header(key: bytes) -> UserHeader | None:
+    """The ``bayou.key`` user header for a record key; None when Iggy cannot carry it (1..255 bytes)."""
+    if not 1 <= len(key) <= _MAX_FIELD:
+        return None
+    return UserHeader(KEY_HEADER, key, HeaderKind.STRING, HeaderKind.RAW)
+
+
 def message_to_record(message: Message, key: bytes | None = None) -> Record:
+    """The record for one message; its first ``bayou.key`` header, if any, is the key instead of
+    ``key`` (the send's messages key)."""
+    user = message.headers
+    for i, h in enumerate(user):
+        if is_key_header(h):
+            key = h.value
+            user = user[:i] + user[i + 1 :]
+            break
     headers: RecordHeaders = (
         (ORIGIN_TIMESTAMP, _U64.pack(message.origin_timestamp)),
-        *(header_to_record(h) for h in message.headers),
+        *(header_to_record(h) for h in user),
     )
     return Record(value=message.payload, key=key, timestamp=message.origin_timestamp // 1000,
                   headers=headers, message_id=message.id or None)
@@ -91,13 +118,16 @@ def record_to_polled(record: Record, *, timestamp: int, offset: int | None = Non
     microseconds (Iggy reports one per batch); ``offset`` defaults to ``record.offset``."""
     origin = record.timestamp * 1000
     headers: list[UserHeader] = []
+    kh = None if record.key is None else key_header(record.key)
+    if kh is not None:
+        headers.append(kh)
     for name, value in record.headers:
         if name == ORIGIN_TIMESTAMP:
             if len(value) == _U64.size:
                 origin = _U64.unpack(value)[0]
             continue
         h = header_from_record(name, value)
-        if h is not None:
+        if h is not None and not (kh is not None and h.key == KEY_HEADER and h.key_kind == HeaderKind.STRING):
             headers.append(h)
     return PolledMessage(offset=record.offset if offset is None else offset, timestamp=timestamp,
                          origin_timestamp=origin, id=record.message_id or 0, payload=record.value,

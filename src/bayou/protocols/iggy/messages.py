@@ -642,7 +642,8 @@ class CreateTopic:
     """L carries compression, expiry, max size and replication factor as fields; V carries them as
     options (the decoder reads the known keys into the same fields, None = key absent = server
     default, and keeps ``options`` for the encoder, which writes only ``options`` in V); D carries
-    a client-chosen ``topic_id`` and a u32 expiry."""
+    a client-chosen ``topic_id`` and a u32 expiry. In L, ``options`` (when not empty) follow the
+    name as a V options block: bayou's extension, for bayou topic config keys (0.8 sends none)."""
 
     stream: Identifier
     name: str
@@ -665,7 +666,8 @@ class DeleteTopic:
 
 @dataclass(frozen=True, slots=True)
 class UpdateTopic:
-    """``replication_factor`` in L only; ``options`` in V only."""
+    """``replication_factor`` in L only; ``options`` in V, and in L as bayou's extension (an
+    options block after the name, as in ``CreateTopic``)."""
 
     stream: Identifier
     topic: Identifier

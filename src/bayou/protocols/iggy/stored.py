@@ -6,6 +6,7 @@ The hot paths work on bytes, batch at a time (STYLE performance habits):
   batch checksum, sizes, reserved fields) and returns its frames ready to store, usually the very
   bytes that arrived;
 - ``frames_from_messages`` builds stored frames for D and L sends, which arrive in other layouts;
+- ``select_frames`` renumbers the frames de-duplication keeps of a send;
 - ``vsr_record`` serves a run of stored frames to a V consumer as one batch record (a new 256-byte
   header in front of the stored bytes); ``legacy_messages`` rewrites them as L's 64-byte-header
   messages.
@@ -40,6 +41,7 @@ _V_BATCH_FIELDS = struct.Struct("<QQQQQI")
 _V_BATCH_PAD = bytes(V_BATCH_SIZE - V_BATCH.size)
 _L_TAIL = struct.Struct("<QQQQQIIQ")  # id lo, id hi, offset, timestamp, origin, hlen, plen, reserved
 _U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
 _MASK64 = 0xFFFF_FFFF_FFFF_FFFF
 
 Mint = Callable[[], int]
@@ -316,3 +318,22 @@ def legacy_messages_uniform(data: bytes | memoryview, first: int, stride: int, i
     out["body"] = frames["body"]
     out["ck"] = _checksums(out.tobytes(), lstride, count)
     return out.tobytes()
+
+
+def select_frames(frames: bytes | memoryview, positions: Sequence[int], keep: Sequence[bool]
+                  ) -> tuple[bytes, int]:
+    """The frames ``keep`` marks, of stored frames starting at ``positions`` (plus the end), as a
+    batch of their own: offset deltas renumbered 0.. in order and checksums recomputed (they cover
+    the delta); ids, timestamp deltas, payloads and headers unchanged. Returns (frames, common frame
+    size or 0). Used when de-duplication drops some messages of a send."""
+    mv = memoryview(frames)
+    out: list[bytes] = []
+    for i, k in enumerate(keep):
+        if not k:
+            continue
+        frame = bytearray(mv[positions[i] : positions[i + 1]])
+        _U32.pack_into(frame, 24, len(out))
+        _U64.pack_into(frame, 0, _xxh3(memoryview(frame)[8:]))
+        out.append(bytes(frame))
+    sizes = {len(f) for f in out}
+    return b"".join(out), sizes.pop() if len(sizes) == 1 else 0
