@@ -56,13 +56,13 @@ run: $(STAMP)
 	$(VENV)/bin/bayou serve --data-dir ./data
 
 test: $(DEVSTAMP) $(IGGY08STAMP) $(IGGY09STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 lint: $(DEVSTAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
 
 bench: $(STAMP)
 	$(PY) benchmarks/storage_bench.py
