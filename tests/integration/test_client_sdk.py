@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import unquote_to_bytes
 
 import pytest
 
@@ -242,3 +243,57 @@ def test_cli_group_commands(broker: BrokerProcess, client: Client, tmp_path: Pat
                                "--iggy-bootstrap", _boot(broker)])
     assert out.exit_code == 0, out.output
     assert out.output.splitlines()[-1].split() == ["0", "-", "1", "3", "2"]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_producer_round_trip_and_cross_protocol(broker: BrokerProcess, client: Client,
+                                                           codec: str) -> None:
+    topic = f"sdk-compressed-{codec}"
+    client.create_topic(topic, 2)
+    with Producer(_boot(broker), compression=codec, max_batch_records=300) as p:
+        for i in range(1000):
+            p.send(topic, b"event %d " % i + b"payload " * 8, key=b"user-%d" % (i % 10),
+                   headers=[("n", b"%d" % i)] if i % 2 else None)
+    rows = [r for part in range(2) for r in client.fetch_arrow(topic, part, 0, 2000).to_pylist()]
+    assert sorted(int(r["value"].split()[1]) for r in rows) == list(range(1000))
+    for r in rows:
+        i = int(r["value"].split()[1])
+        assert r["key"] == b"user-%d" % (i % 10)
+        assert r["headers"] == ([{"key": "n", "value": b"%d" % i}] if i % 2 else [])
+    # what is stored is the records, not the envelope: a V1 consumer reads them as sent
+    part = partition_for_key(b"user-3", 2)
+    with RtesClient("127.0.0.1", broker.port) as v1:
+        records, _hw = v1.consume(topic, part, 0)
+    stored = client.fetch_arrow(topic, part, 0, len(records)).column("value").to_pylist()
+    assert records and [o for o, _v in records] == list(range(len(records)))
+    assert [unquote_to_bytes(v) for _o, v in records] == stored  # V1 percent-encodes values
+    with pytest.raises(ValueError, match="compression"):
+        Producer(_boot(broker), compression="brotli")
+
+
+def test_bad_compressed_send_gets_invalid_format_and_stores_nothing(client: Client) -> None:
+    from bayou.client import ops
+    from bayou.client.wire import send_metadata
+    from bayou.protocols.iggy import messages as m
+    from bayou.protocols.iggy.batches import L_HEADER, L_INDEX
+    from bayou.protocols.iggy.codes import Command
+    from bayou.protocols.iggy.framing import encode_legacy_request
+
+    client.create_topic("sdk-bad-envelope", 1)
+    client.send("sdk-bad-envelope", 0, [b"kept"], compression="zstd")
+    name, codec = b"bayou.compression", b"zstd"
+    hdr = bytes([2]) + len(name).to_bytes(4, "little") + name + bytes([1]) + len(codec).to_bytes(4, "little")
+    hdr += codec
+    data = b"this is not zstd"
+    msg = L_HEADER.pack(0, 0, 0, 0, 0, 0, len(hdr), len(data), 0) + data + hdr
+    payload = (send_metadata(m.Identifier("default"), m.Identifier("sdk-bad-envelope"), 0, 1)
+               + L_INDEX.pack(0, len(msg), 0) + msg)
+
+    def raw() -> ops.Op[None]:
+        yield ops.Raw(encode_legacy_request(Command.SEND_MESSAGES, payload), "bad envelope")
+
+    with pytest.raises(BayouClientError) as info:
+        client.run(raw())
+    assert info.value.status == 4  # INVALID_FORMAT
+    client.send("sdk-bad-envelope", 0, [b"after"], compression="lz4")  # the connection carries on
+    assert client.fetch_arrow("sdk-bad-envelope", 0, 0).column("value").to_pylist() == [b"kept", b"after"]

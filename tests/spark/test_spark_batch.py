@@ -151,7 +151,8 @@ def test_batch_write(spark: Any, broker: Broker) -> None:
     df = spark.createDataFrame([(f"k{i % 5}", f"v{i}") for i in range(50)], ["key", "value"])
     df = df.withColumn("headers", F.array(F.struct(F.lit("src").alias("key"),
                                                    F.lit(b"test").alias("value"))))
-    (df.write.format("bayou").options(**broker.options(topic=target, **{"bayou.sink.partitions": "3"}))
+    (df.write.format("bayou").options(**broker.options(topic=target, **{"bayou.sink.partitions": "3",
+                                                                         "bayou.compression.type": "lz4"}))
      .mode("append").save())
     back = read(spark, broker, subscribe=target, includeHeaders="true").collect()
     assert sorted(bytes(r.value) for r in back) == sorted(b"v%d" % i for i in range(50))

@@ -116,6 +116,11 @@ def test_sink_options() -> None:
         parse_sink_options({"bayou.bootstrap.servers": "h:1", "bayou.sink.partitions": "many"})
     with pytest.raises(BayouOptionError, match="'topic'"):
         parse_sink_options({"bayou.bootstrap.servers": "h:1", "topic": ""})
+    assert opts.compression == "none"
+    assert parse_sink_options({"bayou.bootstrap.servers": "h:1", "bayou.compression.type": "ZSTD"}
+                              ).compression == "zstd"
+    with pytest.raises(BayouOptionError, match=re.escape("'bayou.compression.type'")):
+        parse_sink_options({"bayou.bootstrap.servers": "h:1", "bayou.compression.type": "brotli"})
 
 
 def test_offsets_json_round_trip_has_string_keys() -> None:

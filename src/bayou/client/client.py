@@ -13,8 +13,9 @@ from bayou.client import ops
 from bayou.client.connection import AsyncConnection, Connection
 from bayou.client.errors import error_for
 from bayou.client.ops import GroupDescription, PartitionOffsets, Raw, TopicDescription
-from bayou.client.wire import HeaderList
+from bayou.client.wire import HeaderList, codec
 from bayou.protocols.iggy import messages as m
+from bayou.records.compression import Compression
 
 
 class Client:
@@ -109,10 +110,12 @@ class Client:
 
     def send(self, topic: str, partition: int, values: Sequence[bytes],
              keys: Sequence[bytes | None] | None = None, headers: Sequence[HeaderList] | None = None,
-             message_ids: Sequence[int] | None = None) -> None:
+             message_ids: Sequence[int] | None = None, *, compression: str | Compression = "none") -> None:
         """Append ``values`` (in order) to one partition, acknowledged once stored (on disk under
-        ``fsync=always``). ``message_ids`` are u128; see ``message.deduplication``."""
-        self.run(ops.send(self.resolver, topic, partition, values, keys, headers, message_ids))
+        ``fsync=always``). ``message_ids`` are u128; see ``message.deduplication``.
+        ``compression`` (none, gzip, snappy, lz4, zstd) compresses the whole send on the wire."""
+        self.run(ops.send(self.resolver, topic, partition, values, keys, headers, message_ids,
+                          compression=codec(compression)))
 
     # -- groups ----------------------------------------------------------------------------------
 
@@ -210,8 +213,10 @@ class AsyncClient:
 
     async def send(self, topic: str, partition: int, values: Sequence[bytes],
                    keys: Sequence[bytes | None] | None = None, headers: Sequence[HeaderList] | None = None,
-                   message_ids: Sequence[int] | None = None) -> None:
-        await self.run(ops.send(self.resolver, topic, partition, values, keys, headers, message_ids))
+                   message_ids: Sequence[int] | None = None, *,
+                   compression: str | Compression = "none") -> None:
+        await self.run(ops.send(self.resolver, topic, partition, values, keys, headers, message_ids,
+                                compression=codec(compression)))
 
     async def list_groups(self, topic: str) -> list[str]:
         result: list[str] = await self.run(ops.list_groups(self.resolver, topic))

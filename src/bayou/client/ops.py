@@ -23,6 +23,7 @@ from bayou.client.errors import BayouClientError, UnknownPartitionError, Unknown
 from bayou.client.wire import HeaderList, polled_to_arrow, send_frame
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codes import Status
+from bayou.records.compression import Compression
 
 T = TypeVar("T")
 DEFAULT_STREAM = "default"
@@ -222,9 +223,10 @@ def fetch_arrow(r: Resolver, topic: str, partition: int, offset: int, max_record
 
 def send(r: Resolver, topic: str, partition: int, values: Sequence[bytes],
          keys: Sequence[bytes | None] | None = None, headers: Sequence[HeaderList] | None = None,
-         message_ids: Sequence[int] | None = None, origin_us: int = 0) -> Op[None]:
+         message_ids: Sequence[int] | None = None, origin_us: int = 0,
+         compression: Compression = Compression.NONE) -> Op[None]:
     addr = yield from r.address(topic)
-    yield Raw(send_frame(*addr, partition, values, keys, headers, message_ids, origin_us),
+    yield Raw(send_frame(*addr, partition, values, keys, headers, message_ids, origin_us, compression),
               f"send {topic}/{partition}")
 
 

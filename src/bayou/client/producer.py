@@ -27,7 +27,8 @@ import xxhash
 from bayou.client import ops
 from bayou.client.client import AsyncClient, Client
 from bayou.client.errors import BayouClientError, BrokerConnectionError, error_for
-from bayou.client.wire import HeaderList, send_frame
+from bayou.client.wire import HeaderList, codec, send_frame
+from bayou.records.compression import Compression
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:
@@ -130,14 +131,19 @@ class Producer:
     ``acks``: 1 (or "all", the same on a single broker) completes a future when the broker has
     stored the batch (on disk under ``fsync=always``); 0 completes it once the batch is written to
     the socket, without waiting for the broker.
+
+    ``compression`` (none, gzip, snappy, lz4, zstd) compresses each batch as a whole on the wire
+    (``protocols.iggy.compressed``); the broker stores the records themselves, readable by every
+    protocol.
     """
 
     def __init__(self, bootstrap: str = "127.0.0.1:8090", *, username: str = "iggy", password: str = "iggy",
                  linger_ms: float = 5.0, batch_size: int = 1 << 20, max_batch_records: int = 10_000,
                  acks: int | str = 1, idempotent: bool = False, retries: int = 3,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, compression: str | Compression = "none") -> None:
         if str(acks) not in ("0", "1", "all", "-1"):
             raise ValueError(f"acks must be 0, 1 or all, not {acks!r}")
+        self.compression = codec(compression)
         self.client = Client(bootstrap, username=username, password=password, timeout=timeout)
         self.acks = 0 if str(acks) == "0" else 1
         self.linger_s = linger_ms / 1000
@@ -246,7 +252,8 @@ class Producer:
             ids = self._acc.ids(b)
             try:
                 addr: ops.Address = self.client.run(self.client.resolver.address(b.topic))
-                frames.append(send_frame(*addr, b.partition, b.values, b.keys, b.headers, ids))
+                frames.append(send_frame(*addr, b.partition, b.values, b.keys, b.headers, ids,
+                                         compression=self.compression))
             except (BayouClientError, ValueError) as exc:
                 frames.append(b"")
                 _fail(b, exc)
@@ -293,7 +300,9 @@ class AsyncProducer:
 
     def __init__(self, bootstrap: str = "127.0.0.1:8090", *, username: str = "iggy", password: str = "iggy",
                  linger_ms: float = 5.0, batch_size: int = 1 << 20, max_batch_records: int = 10_000,
-                 idempotent: bool = False, timeout: float = 30.0) -> None:
+                 idempotent: bool = False, timeout: float = 30.0,
+                 compression: str | Compression = "none") -> None:
+        self.compression = codec(compression)
         self.client = AsyncClient(bootstrap, username=username, password=password, timeout=timeout)
         self.linger_s = linger_ms / 1000
         self._acc = _Accumulator(batch_size, max_batch_records, idempotent)
@@ -336,7 +345,7 @@ class AsyncProducer:
     async def _send(self, b: _Batch) -> None:
         try:
             await self.client.send(b.topic, b.partition, b.values, b.keys, b.headers,
-                                   self._acc.ids(b))
+                                   self._acc.ids(b), compression=self.compression)
         except BayouClientError as exc:
             _fail(b, exc)
         else:

@@ -18,8 +18,10 @@ import pyarrow as pa
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.batches import L_HEADER, L_HEADER_SIZE, L_INDEX, POLL_PREFIX
 from bayou.protocols.iggy.codes import Command
+from bayou.protocols.iggy.compressed import envelope
 from bayou.protocols.iggy.framing import encode_legacy_request
 from bayou.protocols.iggy.wire import U32, enc_identifier, enc_partitioning
+from bayou.records.compression import Compression
 
 KEY_HEADER = "bayou.key"
 _KEY_HEADER_RAW = KEY_HEADER.encode()
@@ -100,24 +102,49 @@ def send_metadata(stream: m.Identifier, topic: m.Identifier, partition: int, cou
     return U32.pack(len(meta)) + meta
 
 
+def codec(compression: str | Compression | None) -> Compression:
+    """A producer's ``compression`` setting (none, gzip, snappy, lz4, zstd) as a codec."""
+    if compression is None:
+        return Compression.NONE
+    if isinstance(compression, Compression):
+        return compression
+    try:
+        return Compression[compression.strip().upper()]
+    except KeyError:
+        raise ValueError(f"compression must be one of none, gzip, snappy, lz4, zstd, not {compression!r}") \
+            from None
+
+
 def send_frame(stream: m.Identifier, topic: m.Identifier, partition: int, values: Sequence[bytes],
                keys: Sequence[bytes | None] | None = None, headers: Sequence[HeaderList] | None = None,
-               message_ids: Sequence[int] | None = None, origin_us: int = 0) -> bytes:
+               message_ids: Sequence[int] | None = None, origin_us: int = 0,
+               compression: Compression = Compression.NONE) -> bytes:
     """One SEND_MESSAGES request frame (legacy layout) for ``values`` into one partition.
 
     ``message_ids`` are u128 (0 lets the broker mint one). Checksums, offsets and timestamps are 0,
-    as the 0.8 client sends them: the broker stamps them on append.
+    as the 0.8 client sends them: the broker stamps them on append. With ``compression`` the send
+    travels as bayou's compressed envelope (``protocols.iggy.compressed``).
     """
     n = len(values)
     if n == 0:
         raise ValueError("a send needs at least one message")
-    meta = send_metadata(stream, topic, partition, n)
+    body = _send_body(values, keys, headers, message_ids, origin_us)
+    if compression is not Compression.NONE:
+        return encode_legacy_request(Command.SEND_MESSAGES, send_metadata(stream, topic, partition, 1)
+                                     + envelope(n, body, compression))
+    return encode_legacy_request(Command.SEND_MESSAGES, send_metadata(stream, topic, partition, n) + body)
+
+
+def _send_body(values: Sequence[bytes], keys: Sequence[bytes | None] | None,
+               headers: Sequence[HeaderList] | None, message_ids: Sequence[int] | None,
+               origin_us: int) -> bytes:
+    """The index and messages of an L send (B.5, after the metadata)."""
     has_keys = keys is not None and any(k is not None for k in keys)
     has_headers = headers is not None and any(headers)
     if not has_keys and not has_headers:
         body = _uniform_body(values, message_ids, origin_us)
         if body is not None:
-            return encode_legacy_request(Command.SEND_MESSAGES, meta + body)
+            return body
     index = bytearray()
     parts: list[bytes] = []
     end = 0
@@ -138,7 +165,7 @@ def send_frame(stream: m.Identifier, topic: m.Identifier, partition: int, values
             parts.append(hdr)
         end += L_HEADER_SIZE + len(value) + len(hdr)
         index += L_INDEX.pack(0, end, 0)
-    return encode_legacy_request(Command.SEND_MESSAGES, meta + bytes(index) + b"".join(parts))
+    return bytes(index) + b"".join(parts)
 
 
 def _uniform_body(values: Sequence[bytes], message_ids: Sequence[int] | None, origin_us: int) -> bytes | None:

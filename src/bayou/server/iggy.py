@@ -58,6 +58,7 @@ from bayou.protocols.iggy.codes import (
     not_found_status,
     status_for,
 )
+from bayou.protocols.iggy.compressed import expand as expand_compressed
 from bayou.protocols.iggy.convert import record_to_polled, send_to_records
 from bayou.protocols.iggy.framing import (
     Dialect,
@@ -915,6 +916,10 @@ class IggyService:
 
     async def _send_legacy(self, s: Session, payload: bytes) -> bytes:
         stream_id, topic_id, partitioning, count, pos = read_send_metadata(payload)
+        expanded = expand_compressed(payload, pos, count)
+        if expanded is not None:  # bayou's compressed send: the real one, inflated
+            payload = expanded
+            stream_id, topic_id, partitioning, count, pos = read_send_metadata(payload)
         fast = None
         if partitioning.kind != m.PartitioningKind.MESSAGES_KEY:
             fast = legacy_send_frames(payload, pos, count, now_us=now_us())

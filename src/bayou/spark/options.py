@@ -27,8 +27,9 @@ BOOTSTRAP = "bayou.bootstrap.servers"
 # Options under the bayou. prefix: a misspelt one is an error, not silently ignored.
 BAYOU_OPTIONS = {
     BOOTSTRAP, "bayou.username", "bayou.password", "bayou.timeout", "bayou.fetch.maxrecords",
-    "bayou.sink.partitions", "bayou.sink.batchsize",
+    "bayou.sink.partitions", "bayou.sink.batchsize", "bayou.compression.type",
 }
+COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 # Kafka options this connector does not implement: rejected rather than silently ignored.
 UNSUPPORTED = {
@@ -99,6 +100,7 @@ class SinkOptions:
     topic: str | None  # the `topic` option: overrides a topic column
     new_topic_partitions: int  # partitions of a topic the sink creates
     batch_size: int  # records per send request
+    compression: str = "none"  # bayou.compression.type (Kafka's kafka.compression.type)
 
 
 class Options:
@@ -291,9 +293,14 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     topic = opts.get("topic")
     if topic is not None and not topic:
         raise BayouOptionError("topic", "must not be empty")
+    compression = (opts.get("bayou.compression.type") or "none").lower()
+    if compression not in COMPRESSION_TYPES:
+        raise BayouOptionError("bayou.compression.type", f"expects one of {', '.join(COMPRESSION_TYPES)}, "
+                               f"got {compression!r}")
     return SinkOptions(conn=parse_connection(opts), topic=topic,
                        new_topic_partitions=_required_int(opts, "bayou.sink.partitions", 1),
-                       batch_size=_required_int(opts, "bayou.sink.batchSize", DEFAULT_SINK_BATCH))
+                       batch_size=_required_int(opts, "bayou.sink.batchSize", DEFAULT_SINK_BATCH),
+                       compression=compression)
 
 
 def _required_int(opts: Options, name: str, default: int) -> int:

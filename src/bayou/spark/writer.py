@@ -216,7 +216,7 @@ class SinkTask:
             ids = [(g.producer << 64) | (seq & _U64) for seq in range(first, first + len(values))]
             connection.call(self.plan.opts.conn, functools.partial(
                 Client.send, topic=g.topic, partition=g.partition, values=values, keys=keys,
-                headers=headers, message_ids=ids))
+                headers=headers, message_ids=ids, compression=self.plan.opts.compression))
             g.sent += len(values)
             self.records += len(values)
         if stop:
