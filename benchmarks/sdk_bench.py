@@ -4,6 +4,7 @@ passes or fails. Target from issue 6: the SDK producer at >= 500,000 msg/s of 10
 Phases (each reports msg/s, MB/s and the CPU seconds of this process and of the broker):
   producer       Producer.send() per record (batching by size and linger, sticky partitions)
   producer-keyed Producer.send() with a key per record (xxHash32 partitioning, key headers)
+  producer-lz4   Producer(compression="lz4"); producer-zstd likewise (batches compressed on the wire)
   client-send    Client.send() of ready batches (--batch values a call): the column-wise path
   fetch-arrow    Client.fetch_arrow() of everything back, --batch records a call
   consumer       Consumer.poll() records (Python objects per record) of a slice
@@ -112,6 +113,16 @@ def main() -> None:
                     send("bench-producer", value)
             return n
 
+        def produce_compressed(codec: str) -> int:
+            topic = f"bench-{codec}"
+            client.create_topic(topic, args.partitions)
+            with Producer(boot, linger_ms=5, batch_size=1 << 20, max_batch_records=args.batch,
+                          compression=codec) as p:
+                send = p.send
+                for _i in range(n):
+                    send(topic, value)
+            return n
+
         def produce_keyed() -> int:
             client.create_topic("bench-keyed", args.partitions)
             keys = [b"user-%04d" % i for i in range(1000)]
@@ -156,6 +167,8 @@ def main() -> None:
 
         phase("producer", produce_plain)
         phase("producer-keyed", produce_keyed)
+        phase("producer-lz4", lambda: produce_compressed("lz4"))
+        phase("producer-zstd", lambda: produce_compressed("zstd"))
         phase("client-send", client_send)
         phase("fetch-arrow", fetch)
         phase("consumer", consume)

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from bayou.broker.dedup import DEFAULT_MAX_PRODUCERS, DEFAULT_WINDOW, DedupTable, rebuild
+from bayou.broker.dedup import DEFAULT_MAX_PRODUCERS, DEFAULT_WINDOW, DedupTable, IdRun, rebuild
 from bayou.broker.groups.coordinator import (
     RTES_POLICY,
     GroupCoordinator,
@@ -520,7 +520,7 @@ class Broker:
         """Whether sends to ``topic`` go through ``produce_unique`` (``message.deduplication``)."""
         return self.topic_flag(topic, DEDUP)
 
-    async def produce_unique(self, topic: str, partition: int, ids: Sequence[int],
+    async def produce_unique(self, topic: str, partition: int, ids: Sequence[int] | IdRun,
                              build: Callable[[list[bool]], bytes], acks: Acks = Acks.LEADER
                              ) -> ProduceResult:
         """Append, of a send whose messages carry ``ids`` (in order, none 0), only those that are not

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from bayou.errors import OffsetOutOfRange
 from bayou.records.batch import iter_batches, message_ids
@@ -36,6 +37,16 @@ MASK64 = (1 << 64) - 1
 DEFAULT_MAX_PRODUCERS = 100_000
 DEFAULT_WINDOW = 1_000_000
 _SCAN_BYTES = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class IdRun:
+    """The ids ``producer << 64 | first`` .. ``producer << 64 | (first + count - 1)``: one
+    producer's consecutive sequences, what an idempotent SDK batch carries. Checked in O(1)."""
+
+    producer: int
+    first: int
+    count: int
 
 
 def split_id(message_id: int) -> tuple[int, int]:
@@ -57,11 +68,13 @@ class DedupTable:
         """The last sequence stored for ``producer``; None when the table does not know it."""
         return self._last.get(producer)
 
-    def check(self, ids: Sequence[int]) -> tuple[list[bool], dict[int, int]]:
+    def check(self, ids: Sequence[int] | IdRun) -> tuple[list[bool], dict[int, int]]:
         """Which of ``ids`` (in send order) to store, and the new last sequences to ``commit`` once
         they are appended. Changes nothing. A later id of the same send is checked against the
         earlier ones, so a send repeating a sequence stores it once. Id 0 (none) is always stored
         and never remembered."""
+        if isinstance(ids, IdRun):
+            return self._check_run(ids)
         staged: dict[int, int] = {}
         keep: list[bool] = []
         table = self._last
@@ -79,6 +92,18 @@ class DedupTable:
                 staged[producer] = seq
                 keep.append(True)
         return keep, staged
+
+    def _check_run(self, run: IdRun) -> tuple[list[bool], dict[int, int]]:
+        """``check`` of a run: the sequences above the producer's last are a suffix of it."""
+        if run.count <= 0:
+            return [], {}
+        if run.producer == 0 and run.first == 0:  # starts with id 0 (none): no shortcut
+            return self.check([(run.producer << 64) | (run.first + i) for i in range(run.count)])
+        last = self._last.get(run.producer)
+        dropped = 0 if last is None else min(run.count, max(0, last - run.first + 1))
+        if dropped == run.count:
+            return [False] * run.count, {}
+        return [False] * dropped + [True] * (run.count - dropped), {run.producer: run.first + run.count - 1}
 
     def commit(self, staged: dict[int, int]) -> None:
         """Apply what ``check`` staged (after the append succeeded), evicting the least recently

@@ -114,13 +114,15 @@ class _Accumulator:
             self.sticky.pop(b.topic, None)
         return out
 
-    def ids(self, b: _Batch) -> list[int] | None:
+    def ids(self, b: _Batch) -> range | None:
+        """The batch's message ids: the producer's next sequences for its partition (a range,
+        which the wire encoder turns into columns without a Python int per message)."""
         if not self.producer_id:
             return None
         start = self.sequences.get((b.topic, b.partition), 0)
         self.sequences[(b.topic, b.partition)] = start + len(b.values)
         base = self.producer_id << 64
-        return [base | (start + i + 1) for i in range(len(b.values))]
+        return range(base | (start + 1), (base | (start + 1)) + len(b.values))
 
 
 class Producer:

@@ -178,7 +178,13 @@ def _uniform_body(values: Sequence[bytes], message_ids: Sequence[int] | None, or
     stride = L_HEADER_SIZE + size
     dtype = np.dtype([*_L_DTYPE_FIELDS, ("payload", f"V{size}")] if size else _L_DTYPE_FIELDS)
     rows = np.zeros(n, dtype=dtype)
-    if message_ids is not None:
+    if isinstance(message_ids, range) and message_ids.step == 1 and n and \
+            message_ids.start >> 64 == message_ids[-1] >> 64:
+        # one producer's consecutive sequences (the idempotent producer, the Spark sink)
+        rows["id_lo"] = np.arange(message_ids.start & _U64_MASK, (message_ids[-1] & _U64_MASK) + 1,
+                                  dtype=np.uint64)
+        rows["id_hi"] = message_ids.start >> 64
+    elif message_ids is not None:
         ids = [int(i) for i in message_ids]
         rows["id_lo"] = np.array([i & _U64_MASK for i in ids], dtype=np.uint64)
         rows["id_hi"] = np.array([i >> 64 for i in ids], dtype=np.uint64)

@@ -45,6 +45,7 @@ import xxhash
 from bayou import __version__
 from bayou.broker import Acks, Broker
 from bayou.broker.broker import TOPIC_KEYS
+from bayou.broker.dedup import IdRun
 from bayou.broker.groups.coordinator import IGGY_POLICY
 from bayou.errors import BayouError, GroupNotFound, TopicAlreadyExists, UnknownMember
 from bayou.protocols.iggy import messages as m
@@ -78,6 +79,7 @@ from bayou.protocols.iggy.framing import (
 )
 from bayou.protocols.iggy.stored import (
     frames_from_messages,
+    id_run,
     legacy_messages,
     legacy_messages_uniform,
     legacy_send_frames,
@@ -880,8 +882,9 @@ class IggyService:
                                   base_timestamp=ms, max_timestamp=ms, producer_id=origin_base,
                                   base_sequence=sub)
 
-        result = await self.broker.produce_unique(topic.topic, partition, frame_ids(frames, positions),
-                                                  build, Acks.LEADER)
+        run = id_run(frames, count, stride)
+        ids: list[int] | IdRun = frame_ids(frames, positions) if run is None else IdRun(*run, count)
+        result = await self.broker.produce_unique(topic.topic, partition, ids, build, Acks.LEADER)
         return result.base_offset
 
     async def _append_keyed(self, s: Session, stream: StreamEntry, topic: TopicEntry, partition: int,

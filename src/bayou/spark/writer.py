@@ -46,7 +46,6 @@ from bayou.spark.errors import BayouOptionError
 from bayou.spark.options import SinkOptions
 
 DEDUP_CONFIG = {"message.deduplication": "true"}
-_U64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -171,7 +170,9 @@ class SinkTask:
         plan = self.plan
         cols = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
         values = _binary_list(cols["value"])
-        keys = _binary_list(cols["key"], null=None) if plan.has_key else None
+        key_col = cols["key"] if plan.has_key else None
+        # a key column of nulls only (e.g. a source's key that was never set) is no key at all
+        keys = _binary_list(key_col, null=None) if key_col is not None and key_col.null_count < n else None
         headers = _headers_list(cols["headers"]) if plan.has_headers else None
         fixed = plan.opts.topic
         if fixed is not None and keys is None and not plan.has_partition:
@@ -213,7 +214,8 @@ class SinkTask:
             keys = g.keys[lo:hi] if g.keys else None
             headers = g.headers[lo:hi] if g.headers else None
             first = g.sent + 1
-            ids = [(g.producer << 64) | (seq & _U64) for seq in range(first, first + len(values))]
+            base = (g.producer << 64) | first
+            ids = range(base, base + len(values))  # sequences stay far below 2**64
             connection.call(self.plan.opts.conn, functools.partial(
                 Client.send, topic=g.topic, partition=g.partition, values=values, keys=keys,
                 headers=headers, message_ids=ids, compression=self.plan.opts.compression))

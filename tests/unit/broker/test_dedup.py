@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bayou.broker import Acks, Broker, BrokerConfig
-from bayou.broker.dedup import DedupTable, rebuild, split_id
+from bayou.broker.dedup import DedupTable, IdRun, rebuild, split_id
 from bayou.errors import InvalidConfig
 from bayou.protocols.iggy.messages import Message
 from bayou.protocols.iggy.stored import frames_from_messages
@@ -321,3 +323,36 @@ async def test_a_failed_append_changes_nothing(broker: Broker) -> None:
     with pytest.raises(InvalidConfig):
         await broker.produce_unique("t", 0, [mid(P, 1)], broken)
     assert await produce(broker, [mid(P, 1)]) == (0, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50), st.integers(1, 20)),
+                min_size=1, max_size=12))
+def test_an_id_run_is_checked_like_its_ids(sends: list[tuple[int, int, int]]) -> None:
+    """``check(IdRun)`` (the O(1) path for one producer's consecutive sequences) answers what
+    ``check`` of the same ids one by one answers, send after send."""
+    by_run, by_ids = DedupTable(), DedupTable()
+    for producer, first, count in sends:
+        run = IdRun(producer, first, count)
+        got = by_run.check(run)
+        want = by_ids.check([(producer << 64) | (first + i) for i in range(count)])
+        assert got == want
+        by_run.commit(got[1])
+        by_ids.commit(want[1])
+    assert all(by_run.last(p) == by_ids.last(p) for p in range(4))
+
+
+def test_id_run_of_stored_frames() -> None:
+    from bayou.protocols.iggy.stored import id_run
+
+    def frames(ids: list[int]) -> tuple[bytes, int]:
+        data, _origin, stride = frames_from_messages(
+            [Message(payload=b"x" * 10, id=i) for i in ids], now_us=1)
+        return data, stride
+
+    data, stride = frames([(5 << 64) | s for s in range(3, 9)])
+    assert id_run(data, 6, stride) == (5, 3)
+    for ids in ([(5 << 64) | s for s in (3, 4, 6)], [(5 << 64) | 3, (6 << 64) | 4], [9, 8]):
+        data, stride = frames(ids)
+        assert id_run(data, len(ids), stride) is None
+    assert id_run(b"", 0, 58) is None

@@ -129,3 +129,17 @@ def test_schema_matches_sparks_kafka_rows() -> None:
     assert KAFKA_SCHEMA.field("headers").type == pa.list_(pa.struct([("key", pa.string()),
                                                                       ("value", pa.binary())]))
     assert Dialect.LEGACY  # the SDK's framing
+
+
+def test_a_range_of_ids_is_sent_like_the_same_ids_one_by_one() -> None:
+    values = [b"v%03d" % i for i in range(50)]
+    base = (0xABCDEF << 64) | 17
+    as_range = send_frame(m.Identifier("s"), m.Identifier("t"), 0, values, message_ids=range(base, base + 50))
+    as_list = send_frame(m.Identifier("s"), m.Identifier("t"), 0, values,
+                         message_ids=[base + i for i in range(50)])
+    assert as_range == as_list
+    # a range crossing into another producer's ids is encoded id by id, still exactly
+    top = (1 << 64) - 3
+    s, t = m.Identifier("s"), m.Identifier("t")
+    assert send_frame(s, t, 0, values[:5], message_ids=range(top, top + 5)) \
+        == send_frame(s, t, 0, values[:5], message_ids=list(range(top, top + 5)))

@@ -320,6 +320,22 @@ def legacy_messages_uniform(data: bytes | memoryview, first: int, stride: int, i
     return out.tobytes()
 
 
+def id_run(frames: bytes | memoryview, count: int, stride: int) -> tuple[int, int] | None:
+    """(producer, first sequence) when the ``count`` stored frames of ``stride`` bytes carry the ids
+    ``producer << 64 | first + i`` (one producer's consecutive sequences: an idempotent SDK send),
+    found column-wise; None otherwise (mixed sizes, other ids)."""
+    if not stride or count < 1:
+        return None
+    cols = np.frombuffer(frames, _v_dtype(stride), count)
+    lo, hi = cols["lo"], cols["hi"]
+    first, producer = int(lo[0]), int(hi[0])
+    if first + count - 1 > _MASK64 or not (hi == hi[0]).all():
+        return None
+    if not (lo == np.arange(first, first + count, dtype=np.uint64)).all():
+        return None
+    return producer, first
+
+
 def select_frames(frames: bytes | memoryview, positions: Sequence[int], keep: Sequence[bool]
                   ) -> tuple[bytes, int]:
     """The frames ``keep`` marks, of stored frames starting at ``positions`` (plus the end), as a
