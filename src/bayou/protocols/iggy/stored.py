@@ -47,11 +47,22 @@ _MASK64 = 0xFFFF_FFFF_FFFF_FFFF
 Mint = Callable[[], int]
 
 
+_RANDOM_POOL: list[int] = []  # 128-bit random values from os.urandom, drawn 1,024 per refill
+_UUID_CLEAR = ~(0xF000 << 64) & ~(0xC000 << 48)
+_UUID_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
 def mint_uuid4() -> int:
-    """A random UUIDv4 as a u128, what the Iggy server gives a message sent with id 0."""
-    value = int.from_bytes(os.urandom(16), "big")
-    value &= ~(0xF000 << 64) & ~(0xC000 << 48)
-    return value | (0x4000 << 64) | (0x8000 << 48)
+    """A random UUIDv4 as a u128, what the Iggy server gives a message sent with id 0. The
+    randomness comes from os.urandom in blocks (one system call per 1,024 ids, not per id);
+    ``list.pop`` is atomic, so threads never share a value."""
+    try:
+        value = _RANDOM_POOL.pop()
+    except IndexError:
+        block = os.urandom(16 * 1024)
+        _RANDOM_POOL.extend(int.from_bytes(block[i : i + 16], "big") for i in range(16, len(block), 16))
+        value = int.from_bytes(block[:16], "big")
+    return (value & _UUID_CLEAR) | _UUID_SET
 
 
 def _frame(msg_id: int, offset_delta: int, ts_delta: int, payload: bytes | memoryview,
