@@ -1,6 +1,7 @@
 # bayou: two commands set up a fresh machine.
 #   make run   - create .venv, install bayou, start one broker (data in ./data)
-#   make test  - install the dev dependencies (incl. PySpark) and the Iggy SDKs, then run the whole suite
+#   make test  - install the dev dependencies (incl. PySpark), the Iggy SDKs and ZooKeeper (Debian
+#                package, for the cluster tests), then run the whole suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
@@ -18,7 +19,11 @@ IGGY09 = .venv-iggy09
 IGGY08STAMP = $(IGGY08)/.installed-apache-iggy-$(IGGY08_VERSION)
 IGGY09STAMP = $(IGGY09)/.installed-apache-iggy-$(IGGY09_VERSION)
 
-.PHONY: run test install dev iggy-sdks lint typecheck bench bench-iggy bench-sdk bench-spark pipeline clean
+# The cluster tests run a real Apache ZooKeeper: Debian's package (its jars in /usr/share/java).
+ZOOKEEPER_JAR = /usr/share/java/zookeeper.jar
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test install dev iggy-sdks zookeeper lint typecheck bench bench-iggy bench-sdk bench-spark pipeline clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +51,13 @@ $(IGGY09STAMP): | $(IGGY09)/bin/python
 	$(IGGY09)/bin/python -m pip install --quiet apache-iggy==$(IGGY09_VERSION)
 	touch $@
 
+$(ZOOKEEPER_JAR):
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper \
+	  || ($(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper)
+	test -f $@
+
+zookeeper: $(ZOOKEEPER_JAR)
+
 install: $(STAMP)
 
 dev: $(DEVSTAMP)
@@ -55,7 +67,7 @@ iggy-sdks: $(IGGY08STAMP) $(IGGY09STAMP)
 run: $(STAMP)
 	$(VENV)/bin/bayou serve --data-dir ./data
 
-test: $(DEVSTAMP) $(IGGY08STAMP) $(IGGY09STAMP)
+test: $(DEVSTAMP) $(IGGY08STAMP) $(IGGY09STAMP) $(ZOOKEEPER_JAR)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports

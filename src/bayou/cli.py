@@ -53,11 +53,17 @@ def main() -> None:
 @click.option("--fsync", metavar="always|interval:MS|never",
               help="When appends reach the disk: 'always' acknowledges after fsync (group commit). "
                    "[default: always]")
+@click.option("--cluster", metavar="zk://HOST:PORT[,HOST:PORT]/PATH",
+              help="Join the cluster coordinated by this ZooKeeper ensemble (cluster mode).")
+@click.option("--broker-id", type=click.IntRange(0), help="This broker's id in the cluster. [default: 0]")
+@click.option("--replication", metavar="HOST:PORT",
+              help="Cluster mode: the listener followers fetch from. [default: 0.0.0.0:9093]")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", default="json", show_default=True, type=click.Choice(["json", "text"]))
 def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, cursus: str | None,
-          iggy: str | None, tank: str | None, advertised_host: str | None, fsync: str | None, log_level: str,
+          iggy: str | None, tank: str | None, advertised_host: str | None, fsync: str | None,
+          cluster: str | None, broker_id: int | None, replication: str | None, log_level: str,
           log_format: str) -> None:
     """Run one broker with every implemented protocol on its port.
 
@@ -66,6 +72,7 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, curs
       bayou serve                                  # defaults, data in ./data
       bayou serve --data-dir /var/lib/bayou --fsync interval:100
       bayou serve --rtes 127.0.0.1:19092 --cursus off --iggy off --tank off --config bayou.toml
+      bayou serve --cluster zk://127.0.0.1:2181/bayou --broker-id 1 --data-dir data1
     """
     from bayou.config import load_config
     from bayou.server.app import run_server
@@ -75,7 +82,8 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, curs
     try:
         cfg = load_config(config_file, data_dir=data_dir, fsync=fsync,
                           listeners={"rtes": rtes, "cursus": cursus, "iggy": iggy, "tank": tank},
-                          advertised_host=advertised_host)
+                          advertised_host=advertised_host, cluster=cluster, broker_id=broker_id,
+                          replication=replication)
     except BayouError as exc:
         raise click.BadParameter(exc.message) from None
     try:

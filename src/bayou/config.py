@@ -45,7 +45,7 @@ from typing import Any
 
 from bayou.broker.settings import BrokerConfig
 from bayou.errors import InvalidConfig
-from bayou.server.app import PROTOCOLS, IggyOptions, ServerConfig
+from bayou.server.app import PROTOCOLS, ClusterOptions, IggyOptions, ServerConfig
 from bayou.storage.config import FsyncPolicy, LogConfig
 
 BROKER_KEYS = {f.name for f in dataclasses.fields(BrokerConfig)} - {"data_dir", "log"}
@@ -72,7 +72,8 @@ def parse_listen(text: str, protocol: str) -> tuple[str, int] | None:
 
 def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync: str | None = None,
                 listeners: dict[str, str | None] | None = None,
-                advertised_host: str | None = None) -> ServerConfig:
+                advertised_host: str | None = None, cluster: str | None = None,
+                broker_id: int | None = None, replication: str | None = None) -> ServerConfig:
     raw: dict[str, Any] = {}
     if path is not None:
         try:
@@ -80,7 +81,7 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise InvalidConfig(f"cannot read config {path}: {exc}") from None
     unknown = set(raw) - {"data_dir", "fsync", "listeners", "broker", "log", "max_connections",
-                          "shutdown_grace_s", "advertised_host", "iggy"}
+                          "shutdown_grace_s", "advertised_host", "iggy", "cluster"}
     if unknown:
         raise InvalidConfig(f"unknown config keys: {', '.join(sorted(unknown))}")
 
@@ -96,7 +97,21 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
     if bad:
         raise InvalidConfig(f"unknown [broker] keys: {', '.join(sorted(bad))}")
     ddir = Path(data_dir if data_dir is not None else raw.get("data_dir", "data"))
+    if broker_id is not None:
+        broker_raw["broker_id"] = broker_id
     broker = BrokerConfig(data_dir=ddir, log=log_cfg, **broker_raw)
+    cluster_raw = dict(raw.get("cluster", {}))
+    bad = set(cluster_raw) - {"zookeeper", "replication", "session_timeout_ms"}
+    if bad:
+        raise InvalidConfig(f"unknown [cluster] keys: {', '.join(sorted(bad))}")
+    zk_url = cluster if cluster is not None else cluster_raw.get("zookeeper")
+    cluster_opts: ClusterOptions | None = None
+    if zk_url:
+        if not str(zk_url).startswith("zk://"):
+            raise InvalidConfig(f"cluster expects zk://HOST:PORT[,HOST:PORT]/path, got {zk_url!r}")
+        repl = replication if replication is not None else cluster_raw.get("replication", "0.0.0.0:9093")
+        bind = parse_listen(str(repl), "replication") or ("0.0.0.0", 9093)
+        cluster_opts = ClusterOptions(str(zk_url), bind, int(cluster_raw.get("session_timeout_ms", 4000)))
 
     addrs: dict[str, tuple[str, int] | None] = {
         name: ("0.0.0.0", port) for name, (port, _f) in PROTOCOLS.items()}
@@ -115,7 +130,7 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
         root_username=os.environ.get("IGGY_ROOT_USERNAME", str(iggy_raw.get("root_username", "iggy"))),
         root_password=os.environ.get("IGGY_ROOT_PASSWORD", str(iggy_raw.get("root_password", "iggy"))),
         seed_dialect=bool(iggy_raw.get("seed_dialect", False)))
-    return ServerConfig(broker=broker, listeners=addrs, iggy=iggy,
+    return ServerConfig(broker=broker, listeners=addrs, iggy=iggy, cluster=cluster_opts,
                         max_connections=int(raw.get("max_connections", 10_000)),
                         shutdown_grace_s=float(raw.get("shutdown_grace_s", 10.0)),
                         advertised_host=str(advertised_host or raw.get("advertised_host", "localhost")))

@@ -100,9 +100,25 @@ class UnsupportedCompression(BayouError):
 
 @_register
 class NotLeader(BayouError):
+    """``leader`` is, in cluster mode, the broker leading the partition now: its id, host and
+    port per protocol name, for the front ends' redirects; None when no broker leads it."""
+
     code = "NOT_LEADER"
     retriable = True
     default_message = "partition leader unavailable on this broker"
+
+    def __init__(self, message: str | None = None, *,
+                 leader: tuple[int, str, dict[str, int]] | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader
+
+    def leader_address(self, protocol: str) -> tuple[str, int] | None:
+        """(host, port) of the leader's ``protocol`` listener, if known."""
+        if self.leader is None:
+            return None
+        _id, host, ports = self.leader
+        port = ports.get(protocol)
+        return None if port is None else (host, port)
 
 
 @_register

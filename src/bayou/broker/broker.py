@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bayou.broker.dedup import DEFAULT_MAX_PRODUCERS, DEFAULT_WINDOW, DedupTable, IdRun, rebuild
 from bayou.broker.groups.coordinator import (
@@ -47,6 +47,9 @@ from bayou.storage import (
 from bayou.storage.config import TOPIC_CONFIG_KEYS
 from bayou.storage.log import GRAVE_SECONDS, AppendInfo
 
+if TYPE_CHECKING:
+    from bayou.broker.cluster.node import ClusterNode
+
 log = logging.getLogger("bayou.broker")
 
 MAX_PARTITIONS = 10_000
@@ -54,6 +57,7 @@ MAX_PARTITIONS = 10_000
 # Topic config keys the broker itself reads (the rest are log settings, storage/config.py).
 BROKER_TOPIC_KEYS = {
     "replication.factor": int,
+    "min.insync.replicas": int,  # acks=all needs this many in-sync replicas (cluster mode)
     "idempotent": bool,  # de-duplicate producer sequences (Cursus ``idempotent=true``)
     "event.sourcing": bool,  # Cursus event-sourcing topic (aggregate streams, snapshots)
     # Message de-duplication by id (Iggy sends; broker/dedup.py, Broker.produce_unique)
@@ -165,6 +169,9 @@ class Broker:
         self._groups_dirty = False
         self.closing = False
         self.started = False
+        # Cluster mode (broker/cluster/node.py sets it): topics are created and deleted through
+        # ZooKeeper, and partitions follow the leaders the cluster elects.
+        self.cluster: ClusterNode | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -247,6 +254,19 @@ class Broker:
         t = self.topics.get(topic)
         return t is not None and t.meta.config.get(key) == "true"
 
+    def min_insync_replicas(self, topic: str) -> int:
+        """The topic's ``min.insync.replicas``, else the broker's, capped by its replica count."""
+        t = self.topics.get(topic)
+        value = t.meta.config.get("min.insync.replicas") if t is not None else None
+        try:
+            n = int(value) if value is not None else self.config.min_insync_replicas
+        except ValueError:
+            n = self.config.min_insync_replicas
+        part = t.partitions[0] if t is not None and t.partitions else None
+        if part is not None and part.cluster is not None:
+            n = min(n, len(part.cluster.replicas))
+        return max(1, n)
+
     def _topic_rf(self, meta: TopicMeta) -> int:
         try:
             return int(meta.config.get("replication.factor", self.config.replication_factor))
@@ -254,7 +274,11 @@ class Broker:
             return self.config.replication_factor
 
     async def create_topic(self, name: str, partitions: int | None = None,
-                           config: dict[str, str] | None = None, *, exist_ok: bool = False) -> Topic:
+                           config: dict[str, str] | None = None, *, exist_ok: bool = False,
+                           from_cluster: bool = False) -> Topic:
+        """Create ``name``. In cluster mode the topic is created in ZooKeeper (replicas assigned
+        over the live brokers) and every broker, this one included, opens its partitions when it
+        sees it; ``from_cluster`` is that local step."""
         validate_topic_name(name)
         n = self.config.default_partitions if partitions is None else partitions
         if not 1 <= n <= MAX_PARTITIONS:
@@ -262,6 +286,13 @@ class Broker:
         broker_keys, log_keys = _split_topic_config(dict(config or {}))
         log_cfg = apply_overrides(self.config.log, log_keys)
         overrides = {**log_keys, **broker_keys}
+        if self.cluster is not None and not from_cluster:
+            existing = self.topics.get(name)
+            if existing is not None:
+                if exist_ok:
+                    return existing
+                raise TopicAlreadyExists(f"topic {name} already exists")
+            return await self.cluster.create_topic(name, n, overrides, exist_ok=exist_ok)
         async with self._admin_lock:
             existing = self.topics.get(name)
             if existing is not None:
@@ -318,7 +349,11 @@ class Broker:
         )
         return TopicInfo(name, parts, dict(t.meta.config))
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, *, from_cluster: bool = False) -> None:
+        if self.cluster is not None and not from_cluster:
+            self.topic(name)
+            await self.cluster.delete_topic(name)
+            return
         async with self._admin_lock:
             topic = self.topic(name)
             del self.topics[name]
@@ -468,9 +503,18 @@ class Broker:
     # -- produce and fetch ---------------------------------------------------------------------
 
     def _check_leader(self, part: Partition) -> None:
+        if self.cluster is not None:
+            if part.cluster is None or not part.cluster.is_leader:
+                raise NotLeader(leader=self.cluster.leader_of(part))
+            return
         meta = self.metadata.partitions.get((part.topic, part.index))
         if part.role != LEADER or (meta is not None and meta.leader != self.config.broker_id):
             raise NotLeader()
+
+    @staticmethod
+    def _epoch(part: Partition) -> int | None:
+        """The leader epoch a cluster leader stamps on what it appends (None on a single node)."""
+        return None if part.cluster is None else part.cluster.epoch
 
     async def produce(self, topic: str, partition: int, batch: bytes | bytearray,
                       acks: Acks = Acks.LEADER, *,
@@ -492,9 +536,12 @@ class Broker:
         part = t.partitions[partition]
         self._check_leader(part)
         if stamp is None:
-            info = part.log.append(batch, at_offset=at_offset)
+            info = part.log.append(batch, at_offset=at_offset, leader_epoch=self._epoch(part))
         else:
-            info = part.log.append(batch, verify_crc=False, stamp=stamp, at_offset=at_offset)
+            info = part.log.append(batch, verify_crc=False, stamp=stamp, at_offset=at_offset,
+                                   leader_epoch=self._epoch(part))
+        if part.cluster is not None:
+            part.cluster.advance_hw(part.log.next_offset)
         end = info.last_offset + 1
         if part.log.config.fsync.mode == "always":
             await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)
@@ -552,7 +599,9 @@ class Broker:
             if part.log.config.fsync.mode == "always" and part.log.durable_offset < end:
                 await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)
             return ProduceResult(partition, end, end - 1, part.high_watermark, part.log.log_start_offset)
-        info = part.log.append(build(keep))
+        info = part.log.append(build(keep), leader_epoch=self._epoch(part))
+        if part.cluster is not None:
+            part.cluster.advance_hw(part.log.next_offset)
         table.commit(staged)
         return await self._acknowledge(part, info, acks)
 
@@ -595,6 +644,16 @@ class Broker:
 
     async def _await_replication(self, part: Partition, last_offset: int) -> None:
         deadline = time.monotonic() + self.config.ack_all_timeout_ms / 1000
+        if part.cluster is not None:
+            min_isr = self.min_insync_replicas(part.topic)
+            while not (part.cluster.hw > last_offset and len(part.cluster.isr) >= min_isr):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closing:
+                    raise ReplicationTimeout()
+                if not part.cluster.is_leader:
+                    raise NotLeader(leader=self.cluster.leader_of(part) if self.cluster else None)
+                await part.wait_for_data(min(left, 0.05))
+            return
         while not part.replicas.acks_all_satisfied(last_offset, part.leader_last):
             left = deadline - time.monotonic()
             if left <= 0:

@@ -125,5 +125,29 @@ class ClusterMetadata:
             self._bump(changes)
         return changes
 
+    def mirror_cluster(self, brokers: dict[int, tuple[str, int]],
+                       partitions: dict[tuple[str, int], tuple[int, list[int], int]]) -> None:
+        """Cluster mode: take the live brokers (id -> host, V1 port) and partition states
+        (leader, ISR, leader epoch) from ZooKeeper; brokers no longer registered stay, fenced."""
+        changes = 0
+        for b, (host, port) in brokers.items():
+            info = self.brokers.get(b)
+            if info is None or (info.host, info.port) != (host, port) or info.fenced:
+                self.brokers[b] = BrokerInfo(b, host, port, 0, self.now_ms())
+                changes += 1
+            else:
+                info.last_heartbeat_ms = self.now_ms()
+        for b, info in self.brokers.items():
+            if b not in brokers and not info.fenced:
+                info.fenced = True
+                changes += 1
+        for key, (leader, isr, epoch) in partitions.items():
+            meta = self.partitions.get(key)
+            if meta is not None and (meta.leader, meta.isr, meta.leader_epoch) != (leader, isr, epoch):
+                meta.leader, meta.isr, meta.leader_epoch = leader, list(isr), epoch
+                changes += 1
+        if changes:
+            self._bump(changes)
+
     def fenced_ids(self) -> list[int]:
         return sorted(b for b, info in self.brokers.items() if info.fenced)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+from bayou.broker.cluster.replicaset import ReplicaSet
 from bayou.broker.dedup import DedupTable
 from bayou.broker.producers import ProducerTable
 from bayou.broker.replication import ReplicaTracker
 from bayou.broker.settings import BrokerConfig
+from bayou.storage.epochs import LeaderEpochCache
 from bayou.storage.log import PartitionLog
 
 LEADER = "leader"
@@ -32,6 +34,10 @@ class Partition:
         self.dedup: DedupTable | None = None
         self.dedup_loading: asyncio.Task[DedupTable] | None = None
         self.dedup_generation = 0
+        # Cluster mode: this broker's view of the partition's leader, epoch and ISR (None on a
+        # single node, where ``replicas`` above holds the V1 protocol's reported followers).
+        self.cluster: ReplicaSet | None = None
+        self.epochs: LeaderEpochCache | None = None
 
     @property
     def leader_last(self) -> int:
@@ -45,7 +51,10 @@ class Partition:
         Under fsync=always only records already on disk count, so nothing a crash can take back is
         ever served.
         """
-        hw = self.replicas.high_watermark(self.leader_last) + 1
+        if self.cluster is not None:
+            hw = min(self.cluster.hw, self.log.next_offset)
+        else:
+            hw = self.replicas.high_watermark(self.leader_last) + 1
         if self.log.config.fsync.mode == "always":
             hw = min(hw, self.log.durable_offset)
         return hw

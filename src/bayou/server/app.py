@@ -9,6 +9,7 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bayou.broker import Broker, BrokerConfig
 from bayou.server.base import Connection, ConnectionLimits, Listener
@@ -16,6 +17,9 @@ from bayou.server.cursus import Advertised, CursusService, cursus_handler
 from bayou.server.iggy import IggyService, iggy_handler
 from bayou.server.rtes import RtesService, rtes_handler
 from bayou.server.tank import TankService, tank_handler
+
+if TYPE_CHECKING:
+    from bayou.broker.cluster.node import ClusterNode
 
 log = logging.getLogger("bayou.server")
 
@@ -84,6 +88,16 @@ class IggyOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    """Cluster mode: the ZooKeeper ensemble (``zk://HOST:PORT[,HOST:PORT]/path``) and where this
+    broker's replication listener (followers' fetches) binds."""
+
+    zookeeper: str
+    replication: tuple[str, int] = ("0.0.0.0", 9093)
+    session_timeout_ms: int = 4000  # ZooKeeper session: how fast a dead broker is noticed
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     # protocol -> (host, port), or None when the protocol is off
@@ -94,6 +108,7 @@ class ServerConfig:
     # The host clients are told to connect to (Cursus METADATA / FIND_COORDINATOR).
     advertised_host: str = "localhost"
     iggy: IggyOptions = field(default_factory=IggyOptions)
+    cluster: ClusterOptions | None = None
 
 
 class BayouServer:
@@ -103,6 +118,7 @@ class BayouServer:
         self.listeners: dict[str, Listener] = {}
         self._stopping: asyncio.Event | None = None
         self._counter = [0]
+        self.cluster: ClusterNode | None = None
 
     async def start(self) -> None:
         await self.broker.start()
@@ -115,6 +131,8 @@ class BayouServer:
                 listener = Listener(name, addr[0], addr[1], factory(self, name), limits, self._counter)
                 await listener.start()
                 self.listeners[name] = listener
+            if self.config.cluster is not None:
+                await self._join_cluster(self.config.cluster, limits)
         except BaseException:
             await self.stop()
             raise
@@ -123,6 +141,26 @@ class BayouServer:
             "listeners": {n: f"{li.host}:{li.port}" for n, li in self.listeners.items()},
             "fsync": str(self.config.broker.log.fsync),
         })
+
+    async def _join_cluster(self, opts: ClusterOptions, limits: ConnectionLimits) -> None:
+        """Bind the replication listener, then register with every bound port in ZooKeeper and
+        follow the cluster's state (broker/cluster/node.py)."""
+        from bayou.broker.cluster.node import REPLICATION, ClusterNode
+        from bayou.broker.cluster.state import BrokerRegistration
+        from bayou.server.replica import replica_handler
+
+        node = ClusterNode(self.broker, opts.zookeeper, BrokerRegistration(0, ""),
+                           session_timeout_s=opts.session_timeout_ms / 1000)
+        listener = Listener(REPLICATION, opts.replication[0], opts.replication[1], replica_handler(node),
+                            limits, self._counter)
+        await listener.start()
+        self.listeners[REPLICATION] = listener
+        endpoints = {name: li.port for name, li in self.listeners.items()}
+        node.registration = BrokerRegistration(self.broker.config.broker_id,
+                                               _advertised_ip(self.config.advertised_host), endpoints)
+        node.zk.registration = node.registration
+        self.cluster = node
+        await node.start()
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish, then fsync and mark the data clean."""
@@ -133,6 +171,8 @@ class BayouServer:
             if listener.server is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(listener.server.wait_closed(), 2)
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.broker.stop()
 
     async def run(self) -> None:

@@ -27,6 +27,7 @@ from bayou.errors import (
     IllegalGeneration,
     InvalidConfig,
     InvalidTopicName,
+    NotLeader,
     OffsetOutOfRange,
     OffsetRegression,
     OutOfOrderSequence,
@@ -150,6 +151,11 @@ class CursusService:
             return r.body
         except CursusError:
             raise
+        except NotLeader as exc:
+            # cluster mode: Cursus' distributed brokers' redirect, which its clients follow
+            addr = exc.leader_address("cursus")
+            code = replies.ErrorCode.NOT_LEADER
+            return replies.error(code if addr is None else f"{code} LEADER_IS {addr[0]}:{addr[1]}")
         except BayouError as exc:
             return replies.error("command_failed", ("reason", exc.message))
         except Exception:
@@ -325,12 +331,13 @@ class CursusService:
 
     # -- producing -----------------------------------------------------------------------------
 
-    @staticmethod
-    def _acks(text: str) -> Acks | None:
+    def _acks(self, text: str) -> Acks | None:
         # A standalone Cursus broker treats -1/all exactly like 1 (vector 04): on a single node the
-        # V1 protocol's follower reports are the only "replicas", and they are not Cursus's.
-        return {"0": Acks.NONE, "1": Acks.LEADER, "": Acks.LEADER, "-1": Acks.LEADER,
-                "all": Acks.LEADER}.get(text.lower())
+        # V1 protocol's follower reports are the only "replicas", and they are not Cursus's. In
+        # cluster mode -1/all waits for the in-sync replicas (or answers the timeout error).
+        every = Acks.ALL if self.broker.cluster is not None else Acks.LEADER
+        return {"0": Acks.NONE, "1": Acks.LEADER, "": Acks.LEADER, "-1": every,
+                "all": every}.get(text.lower())
 
     async def _append_messages(self, topic: str, partition: int, body: bytes | bytearray,
                                starts: list[int], acks: Acks) -> int:

@@ -447,8 +447,18 @@ class IggyService:
         return None
 
     async def _cluster(self, s: Session, req: m.GetClusterMetadata) -> m.ClusterMetadata:
-        node = m.ClusterNode("bayou", self.host, self.port, 0, 0, 0, role=0, status=0)
-        return m.ClusterMetadata("single-node", (node,))
+        cluster = self.broker.cluster
+        if cluster is None:
+            node = m.ClusterNode("bayou", self.host, self.port, 0, 0, 0, role=0, status=0)
+            return m.ClusterMetadata("single-node", (node,))
+        # cluster mode: every live broker with an Iggy listener; the controller is the "leader"
+        # (a partition's own leader answers sends; others answer TRANSIENT_NOT_ACCEPTED)
+        controller = cluster.snapshot.controller if cluster.snapshot is not None else None
+        nodes = tuple(
+            m.ClusterNode(f"bayou-{b}", reg.host, reg.endpoints["iggy"], 0, 0, 0,
+                          role=0 if b == controller else 1, status=0)
+            for b, reg in sorted(cluster.live_brokers().items()) if "iggy" in reg.endpoints)
+        return m.ClusterMetadata("bayou-cluster", nodes)
 
     async def _get_stats(self, s: Session, req: m.GetStats) -> m.Stats:
         self._permit(s, "read_servers")

@@ -315,6 +315,13 @@ class RtesService:
             raise RtesError(Code.BAD_REQUEST, f"topic not found: {r.topic}")
         if (r.topic, r.partition) not in md.partitions:
             raise RtesError(Code.BAD_REQUEST, f"partition not found: topic={r.topic} partition={r.partition}")
+        if self.broker.cluster is not None:  # cluster mode: the state in ZooKeeper
+            try:
+                await self.broker.cluster.set_leader(r.topic, r.partition, r.leader_id, list(r.isr))
+            except BayouError as exc:
+                raise RtesError(Code.BAD_REQUEST, exc.message) from None
+            return (f"topic={r.topic} partition={r.partition} leader={r.leader_id} isr={go_list(r.isr)} "
+                    + self._meta_tail())
         md.set_leader(r.topic, r.partition, r.leader_id, list(r.isr))
         return (f"topic={r.topic} partition={r.partition} leader={r.leader_id} isr={go_list(r.isr)} "
                 + self._meta_tail())
@@ -336,6 +343,8 @@ class RtesService:
     async def admin_elect(self, r: m.AdminElectTopicLeaders) -> str:
         if r.topic not in self.broker.topics:
             raise UnknownTopic(f"topic not found: {r.topic}")
+        if self.broker.cluster is not None:
+            return f"topic={r.topic} elected_changes={await self.broker.cluster.elect_leaders(r.topic)}"
         return f"topic={r.topic} elected_changes={self.broker.metadata.elect_leaders(r.topic)}"
 
 

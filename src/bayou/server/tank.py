@@ -27,7 +27,7 @@ from bayou.broker import Broker
 from bayou.errors import BayouError, InvalidTopicName, TopicAlreadyExists
 from bayou.protocols.tank import codec
 from bayou.protocols.tank import messages as m
-from bayou.protocols.tank.codes import ConsumeFlag, CreateTopicError, ReloadConfError, TankError
+from bayou.protocols.tank.codes import ConsumeFlag, CreateTopicError, ProduceError, ReloadConfError, TankError
 from bayou.protocols.tank.framing import PING_FRAME, FrameReader, frame_header
 from bayou.server import zerocopy
 from bayou.server.base import Connection, Listener
@@ -117,11 +117,13 @@ class TankService:
                 continue
             # Each append happens, in request order, before its coroutine first waits (for the
             # fsync under fsync=always), so the entries of one request share group commits.
-            errors = await asyncio.gather(*(
+            outcomes = await asyncio.gather(*(
                 produce_bundle(self.broker, topic.name, e.partition, e.bundle,
                                e.base_seq if req.with_seqnum else None)
                 for e in topic.entries))
-            results.append(m.ProduceTopicResult(errors=tuple(errors)))
+            errors = tuple(ProduceError.OTHER_LEADER if isinstance(o, m.Endpoint) else o for o in outcomes)
+            leaders = tuple(o for o in outcomes if isinstance(o, m.Endpoint))
+            results.append(m.ProduceTopicResult(errors=errors, leaders=leaders))
         if c.polls:
             # A consume of this connection that the append woke is answered first, as TANK does
             # (§1); one that keeps waiting (min bytes not reached) does not hold the ack back long.

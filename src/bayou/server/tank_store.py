@@ -13,13 +13,15 @@ bundle: its varint length and bytes, sent with os.sendfile). It never spans two 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import time
 from dataclasses import dataclass, field
 
 from bayou.broker import Acks, Broker
-from bayou.errors import BayouError, CorruptRecord, OffsetOutOfRange
+from bayou.errors import BayouError, CorruptRecord, NotLeader, OffsetOutOfRange
 from bayou.protocols.tank.bundles import TankMessage, encode_bundle, encode_chunk_record
+from bayou.protocols.tank.messages import Endpoint
 from bayou.records.batch import ATTR_SPARSE, HEADER_SIZE, assemble_batch, decode_records
 from bayou.records.tank import FORMAT_TANK, check_bundle, write_varint
 
@@ -31,6 +33,7 @@ PRODUCE_OK = 0x00
 PRODUCE_UNKNOWN_PARTITION = 0x01
 PRODUCE_SYSTEM_ERROR = 0x02
 PRODUCE_INVALID_SEQ = 0x0A
+PRODUCE_NO_LEADER = 0xFD  # cluster mode: no broker leads the partition now
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +75,11 @@ async def first_available(broker: Broker, topic: str, partition: int) -> int:
 
 
 async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: bytes,
-                         base_seq: int | None) -> int:
-    """Append one bundle exactly as received; returns TANK's produce error byte. ``base_seq`` is
-    ProduceWithSeqnum's (0x5) explicit first seq (None for 0x1)."""
+                         base_seq: int | None) -> int | Endpoint:
+    """Append one bundle exactly as received; returns TANK's produce error byte, or in cluster
+    mode the leader's TANK endpoint when another broker leads the partition (error 0xfc, which
+    TANK clients follow). ``base_seq`` is ProduceWithSeqnum's (0x5) explicit first seq (None for
+    0x1)."""
     if not 0 <= partition < broker.partition_count(topic):
         return PRODUCE_UNKNOWN_PARTITION
     try:
@@ -97,6 +102,11 @@ async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: byt
         await broker.produce(topic, partition, batch, Acks.LEADER, create=False, at_offset=at)
     except OffsetOutOfRange:  # a sparse first seq at or below the high water mark
         return PRODUCE_INVALID_SEQ
+    except NotLeader as exc:
+        addr = exc.leader_address("tank")
+        if addr is None:
+            return PRODUCE_NO_LEADER
+        return Endpoint(int(ipaddress.IPv4Address(addr[0])), addr[1])
     except BayouError:
         return PRODUCE_SYSTEM_ERROR
     return PRODUCE_OK

@@ -26,6 +26,7 @@ from bayou.records.batch import (
     iter_batches,
     refresh_crc,
     set_base_offset,
+    set_leader_epoch,
 )
 from bayou.storage.config import LogConfig
 from bayou.storage.fsutil import fsync_dir
@@ -140,7 +141,7 @@ class PartitionLog:
 
     def append(self, batch: bytes | bytearray, *, verify_crc: bool = True,
                stamp: Callable[[bytearray, int], None] | None = None,
-               at_offset: int | None = None) -> AppendInfo:
+               at_offset: int | None = None, leader_epoch: int | None = None) -> AppendInfo:
         """Append one batch, assigning its offsets. The batch's own base offset is overwritten.
 
         ``stamp(batch, base_offset)`` may write the assigned offsets into the records (formats that
@@ -149,7 +150,8 @@ class PartitionLog:
         ``at_offset`` places the batch at a chosen base offset at or past the log end; an offset
         below the log end raises ``OffsetOutOfRange``. Only a sparse batch (``ATTR_SPARSE``, TANK's
         sparse bundles) may leave a gap of unused offsets before it or hold fewer records than its
-        offset span (``last_offset_delta + 1``).
+        offset span (``last_offset_delta + 1``). ``leader_epoch`` stamps the partition leader epoch
+        (outside the CRC), as a cluster leader does on every batch it appends.
         """
         header = decode_header(batch)
         if header.size != len(batch):
@@ -177,6 +179,9 @@ class PartitionLog:
                     self._roll_to(at_offset)  # relative offsets are u32 within a segment
                 base = at_offset
             set_base_offset(buf, base)
+            if leader_epoch is not None:
+                set_leader_epoch(buf, leader_epoch)
+                header = decode_header(buf)
             if stamp is not None:
                 stamp(buf, base)
                 refresh_crc(buf)

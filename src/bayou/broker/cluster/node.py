@@ -1,0 +1,487 @@
+"""``ClusterNode``: one broker's part in a ZooKeeper-coordinated cluster.
+
+A reconciliation task keeps the broker in step with ZooKeeper. Each pass reads the cluster state
+(woken by any watch, and at least every ``tick_s``) and:
+
+1. as the controller (whoever holds /controller; any broker takes it when it is free): moves the
+   leadership of partitions whose leader's broker is gone to an in-sync replica, with the next
+   leader epoch, and drops dead brokers from ISRs (``state.after_failures``);
+2. opens the partitions of topics it does not have yet, and closes topics deleted from the cluster;
+3. makes each partition a leader or a follower as its state says: a new leader records where its
+   epoch begins (``LeaderEpochCache``); a follower runs a fetcher that copies the leader's batches
+   at their offsets, truncating first whatever diverged from the leader (the leader answers a fetch
+   whose last epoch it does not share with where that epoch ended on it);
+4. as a leader: shrinks the ISR by followers that have not caught up for the lag timeout and grows
+   it by followers that reached the high watermark, compare-and-set in ZooKeeper before it counts.
+
+The high watermark is the smallest log end in the ISR, so an acks=all produce is answered once every
+in-sync replica holds it (and at least ``min.insync.replicas`` are in sync), and consumers of every
+protocol only see such records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kazoo.exceptions import NodeExistsError
+
+from bayou.broker.broker import Broker, Topic
+from bayou.broker.cluster.replicaset import ReplicaSet
+from bayou.broker.cluster.state import (
+    NO_LEADER,
+    BrokerRegistration,
+    PartitionState,
+    TopicAssignment,
+    after_failures,
+    assign_replicas,
+    initial_state,
+)
+from bayou.broker.cluster.zk import Snapshot, ZkCluster
+from bayou.broker.partition import FOLLOWER, LEADER, Partition
+from bayou.errors import (
+    InvalidConfig,
+    OffsetOutOfRange,
+    TopicAlreadyExists,
+    UnknownPartition,
+    UnknownTopic,
+)
+from bayou.protocols.replica.codec import Fetch, FetchError, FetchReply, ReplicaProtocolError, decode, encode
+from bayou.records.batch import iter_batches
+from bayou.storage.epochs import LeaderEpochCache
+
+log = logging.getLogger("bayou.cluster")
+
+T = TypeVar("T")
+REPLICATION = "replication"  # the endpoint name of the replication listener
+FETCH_MAX_BYTES = 8 << 20
+FETCH_MAX_WAIT_MS = 500
+
+
+class ClusterNode:
+    def __init__(self, broker: Broker, url: str, registration: BrokerRegistration, *,
+                 tick_s: float = 0.5, lag_timeout_s: float | None = None,
+                 session_timeout_s: float = 6.0) -> None:
+        self.broker = broker
+        self.me = broker.config.broker_id
+        self.url = url
+        self.registration = registration
+        self.tick_s = tick_s
+        self.lag_timeout_s = (broker.config.replica_lag_timeout_ms / 1000 if lag_timeout_s is None
+                              else lag_timeout_s)
+        self.zk = ZkCluster(url, self.me, registration, self._on_change,
+                            session_timeout_s=session_timeout_s)
+        self.snapshot: Snapshot | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._fetchers: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._known_topics: set[str] = set()
+        self._synced = asyncio.Event()
+        self._stopping = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self._run(self.zk.start)
+        self.broker.cluster = self
+        self._task = self._loop.create_task(self._reconcile_loop(), name="cluster-reconcile")
+        await asyncio.wait_for(self._synced.wait(), 60)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        for task in self._fetchers.values():
+            task.cancel()
+        for task in list(self._fetchers.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._fetchers.clear()
+        await self._run(self.zk.stop)
+
+    def _on_change(self) -> None:
+        """Called on kazoo's thread by every watch."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake.set)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.broker._io, fn, *args)
+
+    # -- what other parts of the broker ask ---------------------------------------------------
+
+    def leader_of(self, part: Partition) -> tuple[int, str, dict[str, int]] | None:
+        """The leader of ``part`` as the last snapshot knows it: (id, host, ports)."""
+        snap = self.snapshot
+        if snap is None:
+            return None
+        entry = snap.states.get((part.topic, part.index))
+        if entry is None or entry[0].leader == NO_LEADER:
+            return None
+        reg = snap.brokers.get(entry[0].leader)
+        return None if reg is None else (reg.broker_id, reg.host, dict(reg.endpoints))
+
+    def live_brokers(self) -> dict[int, BrokerRegistration]:
+        return dict(self.snapshot.brokers) if self.snapshot is not None else {}
+
+    async def create_topic(self, name: str, partitions: int, config: dict[str, str], *,
+                           exist_ok: bool = False) -> Topic:
+        snap = await self._run(self.zk.snapshot)
+        live = sorted(snap.brokers)
+        if name in snap.topics:
+            if not exist_ok:
+                raise TopicAlreadyExists(f"topic {name} already exists")
+        else:
+            explicit = config.get("replication.factor")
+            try:
+                rf = int(explicit) if explicit is not None else min(self.broker.config.replication_factor,
+                                                                     len(live))
+            except ValueError:
+                raise InvalidConfig(f"invalid replication.factor {explicit!r}") from None
+            try:
+                replicas = assign_replicas(live, partitions, rf, start=random.randrange(max(1, len(live))))
+            except ValueError as exc:
+                raise InvalidConfig(str(exc)) from None
+            assignment = TopicAssignment(replicas, {**config, "replication.factor": str(rf)})
+            states = {p: initial_state(r, set(live)) for p, r in replicas.items()}
+            try:
+                await self._run(self.zk.create_topic, name, assignment, states)
+            except NodeExistsError:
+                if not exist_ok:
+                    raise TopicAlreadyExists(f"topic {name} already exists") from None
+            log.info("created topic %s in the cluster: %s", name, replicas)
+        return await self._await_local(name)
+
+    async def _await_local(self, name: str, timeout: float = 15.0) -> Topic:
+        deadline = time.monotonic() + timeout
+        while True:
+            topic = self.broker.topics.get(name)
+            if topic is not None and all(p.cluster is not None for p in topic.partitions):
+                return topic
+            if time.monotonic() > deadline:
+                raise UnknownTopic(f"topic {name} did not reach this broker in {timeout:.0f} s")
+            self._wake.set()
+            await asyncio.sleep(0.02)
+
+    async def delete_topic(self, name: str) -> None:
+        await self._run(self.zk.delete_topic, name)
+        deadline = time.monotonic() + 15
+        while name in self.broker.topics and time.monotonic() < deadline:
+            self._wake.set()
+            await asyncio.sleep(0.02)
+
+    async def set_leader(self, topic: str, partition: int, leader: int, isr: list[int]) -> PartitionState:
+        """An operator's choice of leader (V1 ADMIN_SET_PARTITION_LEADER): it must be a live
+        replica in the ISR it names (given, or the current one), so no acknowledged record is
+        lost; the epoch moves on when the leader changes."""
+        snap = await self._run(self.zk.snapshot)
+        entry = snap.states.get((topic, partition))
+        if topic not in snap.topics or entry is None:
+            raise UnknownPartition(f"partition not found: topic={topic} partition={partition}")
+        state, version = entry
+        replicas = snap.topics[topic].partitions[partition]
+        new_isr = tuple(isr) if isr else state.isr
+        if not set(new_isr) <= set(state.isr) or not set(new_isr) <= set(replicas):
+            raise InvalidConfig(f"isr {list(new_isr)} must be replicas in the current ISR {list(state.isr)}")
+        if leader not in new_isr or leader not in snap.brokers:
+            raise InvalidConfig(f"leader {leader} must be a live broker in the ISR")
+        epoch = state.leader_epoch + (1 if leader != state.leader else 0)
+        new = PartitionState(leader, epoch, new_isr)
+        if not await self._run(self.zk.set_state, topic, partition, new, version):
+            raise InvalidConfig("the partition state changed meanwhile; try again")
+        self._wake.set()
+        return new
+
+    async def elect_leaders(self, topic: str) -> int:
+        """V1 ADMIN_ELECT_TOPIC_LEADERS: run the controller's election for ``topic`` now; the
+        number of partitions whose state changed."""
+        snap = await self._run(self.zk.snapshot)
+        if topic not in snap.topics:
+            raise UnknownTopic(f"topic not found: {topic}")
+        live = set(snap.brokers)
+        changes = 0
+        for (t, p), (state, version) in sorted(snap.states.items()):
+            if t != topic:
+                continue
+            new = after_failures(state, snap.topics[t].partitions.get(p, []), live)
+            if new != state and await self._run(self.zk.set_state, t, p, new, version):
+                changes += 1
+        if changes:
+            self._wake.set()
+        return changes
+
+    # -- reconciliation ------------------------------------------------------------------------
+
+    async def _reconcile_loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self._reconcile()
+                self._synced.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("cluster reconciliation failed; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.tick_s)
+            self._wake.clear()
+
+    async def _reconcile(self) -> None:
+        if self.zk.session_lost.is_set() or not await self._run(self.zk.is_registered):
+            self._step_down_all()
+            await self._run(self.zk.register, 60.0)
+        snap = await self._run(self.zk.snapshot)
+        self.snapshot = snap
+        self.broker.metadata.mirror_cluster(
+            {b: (reg.host, reg.endpoints.get("rtes", 0)) for b, reg in snap.brokers.items()},
+            {k: (st.leader, list(st.isr), st.leader_epoch) for k, (st, _v) in snap.states.items()})
+        if snap.controller is None or snap.controller == self.me:
+            if snap.controller is None:
+                await self._run(self.zk.try_become_controller)
+            else:
+                await self._control(snap)
+        await self._sync_topics(snap)
+        await self._apply_states(snap)
+        await self._maintain_isr(snap)
+
+    def _step_down_all(self) -> None:
+        """The ZooKeeper session was lost: another broker may lead our partitions by now."""
+        for topic in self.broker.topics.values():
+            for part in topic.partitions:
+                if part.cluster is not None and part.cluster.is_leader:
+                    part.cluster.leader = NO_LEADER
+                    part.role = FOLLOWER
+                    part.notify()
+
+    async def _control(self, snap: Snapshot) -> None:
+        live = set(snap.brokers)
+        for (topic, p), (state, version) in sorted(snap.states.items()):
+            replicas = snap.topics[topic].partitions.get(p, [])
+            new = after_failures(state, replicas, live)
+            if new != state and await self._run(self.zk.set_state, topic, p, new, version):
+                log.info("controller: %s/%d leader %d -> %d (epoch %d), isr %s", topic, p,
+                         state.leader, new.leader, new.leader_epoch, list(new.isr))
+                self._wake.set()
+
+    async def _sync_topics(self, snap: Snapshot) -> None:
+        for name, assignment in sorted(snap.topics.items()):
+            self._known_topics.add(name)
+            local = self.broker.topics.get(name)
+            if local is None:
+                await self.broker.create_topic(name, len(assignment.partitions), assignment.config,
+                                               exist_ok=True, from_cluster=True)
+        for name in [t for t in self.broker.topics if t in self._known_topics and t not in snap.topics]:
+            for p in range(len(self.broker.topics[name].partitions)):
+                self._stop_fetcher((name, p))
+            with contextlib.suppress(UnknownTopic):
+                await self.broker.delete_topic(name, from_cluster=True)
+            self._known_topics.discard(name)
+
+    async def _apply_states(self, snap: Snapshot) -> None:
+        for (topic, p), (state, version) in snap.states.items():
+            t = self.broker.topics.get(topic)
+            if t is None or p >= len(t.partitions):
+                continue
+            part = t.partitions[p]
+            replicas = tuple(snap.topics[topic].partitions.get(p, ()))
+            rs = part.cluster
+            if rs is None or rs.epoch != state.leader_epoch or rs.leader != state.leader:
+                if rs is not None and rs.epoch > state.leader_epoch:
+                    continue  # an older state read after a newer one
+                self._take_state(part, state, version, replicas, snap)
+            elif version > rs.version:
+                rs.isr = state.isr
+                rs.version = version
+                if rs.is_leader and rs.advance_hw(part.log.next_offset):
+                    part.notify()
+
+    def _take_state(self, part: Partition, state: PartitionState, version: int,
+                    replicas: tuple[int, ...], snap: Snapshot) -> None:
+        old = part.cluster
+        if part.epochs is None:
+            part.epochs = LeaderEpochCache(part.log.dir)
+            part.epochs.truncate_from(part.log.next_offset + 1)  # recovery may have cut the log
+        key = (part.topic, part.index)
+        hw = min(old.hw, part.log.next_offset) if old is not None else 0
+        rs = ReplicaSet(self.me, state.leader, state.leader_epoch, state.isr, replicas, version, hw)
+        part.cluster = rs
+        if state.leader == self.me:
+            self._stop_fetcher(key)
+            part.epochs.assign(state.leader_epoch, part.log.next_offset)
+            rs.epoch_start = part.log.next_offset
+            part.role = LEADER
+            log.info("leading %s/%d in epoch %d from offset %d", part.topic, part.index,
+                     state.leader_epoch, part.log.next_offset)
+        else:
+            part.role = FOLLOWER
+            self._stop_fetcher(key)
+            if state.leader != NO_LEADER and self.me in replicas:
+                leader = snap.brokers.get(state.leader)
+                if leader is not None and leader.address(REPLICATION) is not None:
+                    assert self._loop is not None
+                    self._fetchers[key] = self._loop.create_task(
+                        self._fetch_loop(part, rs, leader), name=f"fetch-{part.topic}-{part.index}")
+        part.notify()
+
+    def _stop_fetcher(self, key: tuple[str, int]) -> None:
+        task = self._fetchers.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    async def _maintain_isr(self, snap: Snapshot) -> None:
+        for topic in list(self.broker.topics.values()):
+            for part in topic.partitions:
+                rs = part.cluster
+                if rs is None or not rs.is_leader:
+                    continue
+                wanted = rs.wanted_isr(part.log.next_offset, self.lag_timeout_s, set(snap.brokers))
+                if wanted == rs.isr:
+                    continue
+                new = PartitionState(self.me, rs.epoch, wanted)
+                if await self._run(self.zk.set_state, part.topic, part.index, new, rs.version):
+                    log.info("%s/%d ISR %s -> %s", part.topic, part.index, list(rs.isr), list(wanted))
+                    rs.isr = wanted
+                    rs.version += 1
+                    rs.since = time.monotonic()
+                    rs.advance_hw(part.log.next_offset)
+                    part.notify()
+                else:
+                    self._wake.set()  # someone else changed it: re-read
+
+    # -- leader side of replication ----------------------------------------------------------
+
+    async def serve_fetch(self, req: Fetch) -> FetchReply:
+        """A follower's FETCH: check the epochs, record its progress, long-poll, send batches."""
+        try:
+            part = self.broker.partition(req.topic, req.partition)
+        except (UnknownTopic, UnknownPartition):
+            return FetchReply(FetchError.UNKNOWN_PARTITION, -1, 0, 0)
+        rs = part.cluster
+        if rs is None or not rs.is_leader or req.leader_epoch > rs.epoch:
+            return FetchReply(FetchError.NOT_LEADER, rs.epoch if rs else -1, 0, 0)
+        if req.leader_epoch < rs.epoch:
+            return FetchReply(FetchError.FENCED, rs.epoch, 0, 0)
+        assert part.epochs is not None
+        log_end = part.log.next_offset
+        if req.last_fetched_epoch >= 0:
+            epoch, end = part.epochs.end_offset_for(req.last_fetched_epoch, log_end)
+            if epoch != req.last_fetched_epoch or req.fetch_offset > end:
+                return FetchReply(FetchError.NONE, rs.epoch, part.high_watermark, part.log.log_start_offset,
+                                  max(end, 0) if epoch >= 0 else 0, epoch)
+        if req.fetch_offset > log_end:
+            return FetchReply(FetchError.OFFSET_OUT_OF_RANGE, rs.epoch, part.high_watermark,
+                              part.log.log_start_offset)
+        if req.replica_id in rs.replicas and req.replica_id != self.me:
+            rs.follower_fetched(req.replica_id, req.fetch_offset, log_end)
+            if rs.advance_hw(log_end):
+                part.notify()
+            if req.replica_id not in rs.isr and req.fetch_offset >= rs.hw:
+                self._wake.set()  # it may join the ISR
+        if req.fetch_offset >= part.log.next_offset and req.max_wait_ms > 0:
+            await part.wait_for_data(req.max_wait_ms / 1000)
+        try:
+            result = await self.broker.fetch(req.topic, req.partition, req.fetch_offset,
+                                             max_bytes=req.max_bytes, upto_log_end=True)
+        except OffsetOutOfRange:
+            return FetchReply(FetchError.OFFSET_OUT_OF_RANGE, rs.epoch, part.high_watermark,
+                              part.log.log_start_offset)
+        return FetchReply(FetchError.NONE, rs.epoch, part.high_watermark, part.log.log_start_offset,
+                          data=bytes(result.data))
+
+    # -- follower side ------------------------------------------------------------------------
+
+    async def _fetch_loop(self, part: Partition, rs: ReplicaSet, leader: BrokerRegistration) -> None:
+        addr = leader.address(REPLICATION)
+        assert addr is not None
+        backoff = 0.05
+        while part.cluster is rs and not self._stopping:
+            try:
+                reader, writer = await asyncio.open_connection(*addr, limit=FETCH_MAX_BYTES * 2)
+            except OSError:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                self._wake.set()
+                continue
+            backoff = 0.05
+            try:
+                await self._fetch_on(part, rs, reader, writer)
+            except (OSError, ConnectionError, ReplicaProtocolError, asyncio.IncompleteReadError) as exc:
+                log.info("fetch of %s/%d from broker %d stopped: %s", part.topic, part.index,
+                         leader.broker_id, exc)
+                await asyncio.sleep(0.1)
+            finally:
+                writer.close()
+
+    async def _fetch_on(self, part: Partition, rs: ReplicaSet, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        assert part.epochs is not None
+        loop = asyncio.get_running_loop()
+        while part.cluster is rs and not self._stopping:
+            req = Fetch(part.topic, part.index, self.me, rs.epoch, part.log.next_offset,
+                        self._last_epoch(part), FETCH_MAX_BYTES, FETCH_MAX_WAIT_MS)
+            writer.write(encode(req))
+            await writer.drain()
+            head = await reader.readexactly(5)
+            size = int.from_bytes(head[:4], "big")
+            body = await reader.readexactly(size - 1)
+            decoded = decode(head + body)
+            if decoded is None or not isinstance(decoded[0], FetchReply):
+                raise ReplicaProtocolError("expected a FETCH_REPLY")
+            reply = decoded[0]
+            if part.cluster is not rs:
+                return
+            if reply.error in (FetchError.NOT_LEADER, FetchError.FENCED, FetchError.UNKNOWN_PARTITION):
+                self._wake.set()
+                await asyncio.sleep(0.1)
+                continue
+            if reply.error == FetchError.OFFSET_OUT_OF_RANGE:
+                # our log runs past the leader's: what is beyond its end diverged
+                await loop.run_in_executor(self.broker._io, self._truncate, part,
+                                           min(part.log.next_offset, max(reply.high_watermark, 0)))
+                continue
+            if reply.diverging_end_offset >= 0:
+                cut = min(reply.diverging_end_offset, part.log.next_offset)
+                log.info("%s/%d diverged from the leader after offset %d (epoch %d): truncating",
+                         part.topic, part.index, cut, reply.diverging_epoch)
+                await loop.run_in_executor(self.broker._io, self._truncate, part, cut)
+                continue
+            if reply.data:
+                await loop.run_in_executor(self.broker._io, self._append_copied, part, reply.data)
+            rs.hw = max(rs.hw, min(reply.high_watermark, part.log.next_offset))
+            part.notify()
+
+    @staticmethod
+    def _last_epoch(part: Partition) -> int:
+        assert part.epochs is not None
+        return part.epochs.latest_epoch if part.log.next_offset > 0 else -1
+
+    @staticmethod
+    def _truncate(part: Partition, offset: int) -> None:
+        assert part.epochs is not None
+        part.log.truncate_to(offset)
+        part.epochs.truncate_from(offset)
+        if part.cluster is not None:
+            part.cluster.hw = min(part.cluster.hw, part.log.next_offset)
+        part.reset_dedup()
+
+    @staticmethod
+    def _append_copied(part: Partition, data: bytes) -> None:
+        """Append the leader's batches at their own offsets (skipping any we already hold)."""
+        assert part.epochs is not None
+        for pos, h in iter_batches(data):
+            if h.next_offset <= part.log.next_offset:
+                continue
+            batch = data[pos : pos + h.size]
+            part.epochs.assign(h.leader_epoch, h.base_offset)
+            part.log.append(batch, at_offset=h.base_offset)
+        if part.log.config.fsync.mode == "always":
+            part.log.sync_to(part.log.next_offset)
+

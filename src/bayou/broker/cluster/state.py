@@ -1,0 +1,136 @@
+"""What the cluster keeps in ZooKeeper, as plain data: the node layout, JSON codecs, replica
+assignment and leader election. Pure functions; ``zk.py`` does the I/O.
+
+Layout under the cluster's chroot (``zk://host:port/chroot``), as Kafka kept it before KRaft:
+
+    /brokers/ids/<id>                      ephemeral: {"host", "endpoints": {protocol: port}}
+    /controller                            ephemeral: {"broker_id"}
+    /topics/<topic>                        {"partitions": {"0": [replica ids]}, "config": {...}}
+    /topics/<topic>/partitions/<p>/state   {"leader", "leader_epoch", "isr": [...], "version"}
+
+The controller (whoever holds /controller) moves leadership when a leader's broker goes away and
+drops dead brokers from ISRs; a partition's leader shrinks and grows its ISR. Both write the state
+node with a compare-and-set on its znode version, so neither overwrites what it has not seen.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+BROKERS = "/brokers/ids"
+CONTROLLER = "/controller"
+TOPICS = "/topics"
+NO_LEADER = -1
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKERS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    host: str
+    endpoints: dict[str, int] = field(default_factory=dict)  # protocol name -> port
+
+    def to_json(self) -> bytes:
+        return json.dumps({"broker_id": self.broker_id, "host": self.host,
+                           "endpoints": self.endpoints}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> BrokerRegistration:
+        doc = json.loads(data)
+        return cls(int(doc["broker_id"]), str(doc["host"]),
+                   {str(k): int(v) for k, v in doc.get("endpoints", {}).items()})
+
+    def address(self, protocol: str) -> tuple[str, int] | None:
+        port = self.endpoints.get(protocol)
+        return None if port is None else (self.host, port)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    partitions: dict[int, list[int]]  # partition -> replica broker ids, preferred leader first
+    config: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def replication_factor(self) -> int:
+        return min((len(r) for r in self.partitions.values()), default=0)
+
+    def to_json(self) -> bytes:
+        return json.dumps({"partitions": {str(p): r for p, r in sorted(self.partitions.items())},
+                           "config": self.config}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TopicAssignment:
+        doc = json.loads(data)
+        return cls({int(p): [int(b) for b in r] for p, r in doc["partitions"].items()},
+                   {str(k): str(v) for k, v in doc.get("config", {}).items()})
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+
+    def to_json(self) -> bytes:
+        return json.dumps({"leader": self.leader, "leader_epoch": self.leader_epoch,
+                           "isr": list(self.isr)}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> PartitionState:
+        doc: dict[str, Any] = json.loads(data)
+        return cls(int(doc["leader"]), int(doc["leader_epoch"]), tuple(int(b) for b in doc["isr"]))
+
+
+def assign_replicas(brokers: list[int], partitions: int, replication_factor: int, *,
+                    first_partition: int = 0, start: int = 0) -> dict[int, list[int]]:
+    """Kafka's round-robin assignment: partition p's replicas are consecutive live brokers starting
+    at ``start + p``, so leaders (the first replica) spread evenly. Raises ValueError when there
+    are fewer live brokers than the replication factor."""
+    ids = sorted(brokers)
+    if replication_factor < 1:
+        raise ValueError("replication factor must be >= 1")
+    if len(ids) < replication_factor:
+        raise ValueError(f"replication factor {replication_factor} is larger than the {len(ids)} "
+                         "live brokers")
+    out: dict[int, list[int]] = {}
+    for p in range(first_partition, first_partition + partitions):
+        out[p] = [ids[(start + p + i) % len(ids)] for i in range(replication_factor)]
+    return out
+
+
+def initial_state(replicas: list[int], live: set[int]) -> PartitionState:
+    """A new partition: led by its first live replica, every live replica in sync."""
+    alive = [b for b in replicas if b in live]
+    return PartitionState(alive[0] if alive else NO_LEADER, 0, tuple(alive or replicas[:1]))
+
+
+def after_failures(state: PartitionState, replicas: list[int], live: set[int]) -> PartitionState:
+    """The state once the brokers not in ``live`` are gone: a dead leader is replaced by the first
+    replica (in assignment order) that is in the ISR and alive, with the next epoch; dead brokers
+    leave the ISR. Only ISR members may lead (no unclean election), so when none is alive the
+    partition has no leader and the ISR keeps the last leader, the one that can come back whole.
+    A leaderless partition whose ISR member came back is led by it again."""
+    alive_isr = tuple(b for b in state.isr if b in live)
+    if state.leader != NO_LEADER and state.leader in live:
+        if alive_isr == state.isr:
+            return state
+        return PartitionState(state.leader, state.leader_epoch, alive_isr)
+    candidates = [b for b in replicas if b in alive_isr]
+    if not candidates:
+        if state.leader == NO_LEADER:
+            return state
+        return PartitionState(NO_LEADER, state.leader_epoch + 1, (state.leader,))
+    return PartitionState(candidates[0], state.leader_epoch + 1, alive_isr)

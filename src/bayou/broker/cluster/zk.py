@@ -1,0 +1,224 @@
+"""ZooKeeper access through kazoo: connection, registration, controller election, cluster state.
+
+Every method blocks (kazoo's synchronous API): the broker calls them from a worker thread. Watches
+fire on kazoo's thread and only call ``on_change``, which the broker turns into a wake-up of its
+asyncio reconciliation task (``node.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+from bayou.broker.cluster.state import (
+    BROKERS,
+    CONTROLLER,
+    TOPICS,
+    BrokerRegistration,
+    PartitionState,
+    TopicAssignment,
+    broker_path,
+    state_path,
+    topic_path,
+)
+
+log = logging.getLogger("bayou.cluster")
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """(``host:port[,host:port]``, chroot) of ``zk://HOST:PORT[,HOST:PORT]/path``."""
+    parsed = urlparse(url)
+    if parsed.scheme != "zk" or not parsed.netloc:
+        raise ValueError(f"expected zk://HOST:PORT[,HOST:PORT]/path, got {url!r}")
+    chroot = parsed.path.rstrip("/") or "/bayou"
+    return parsed.netloc, chroot
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The cluster state read in one pass (not atomic across nodes: watches bring the next)."""
+
+    brokers: dict[int, BrokerRegistration]
+    controller: int | None
+    topics: dict[str, TopicAssignment]
+    states: dict[tuple[str, int], tuple[PartitionState, int]]  # state and its znode version
+
+
+class ZkCluster:
+    def __init__(self, url: str, broker_id: int, registration: BrokerRegistration,
+                 on_change: Callable[[], None], *, session_timeout_s: float = 6.0) -> None:
+        hosts, chroot = parse_url(url)
+        self.broker_id = broker_id
+        self.registration = registration
+        self.on_change = on_change
+        self.zk = KazooClient(hosts=hosts + chroot, timeout=session_timeout_s)
+        self._hosts = hosts
+        self._chroot = chroot
+        self._watched: set[str] = set()
+        self._lock = threading.Lock()
+        self.session_lost = threading.Event()
+
+    # -- connection and registration -------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> None:
+        root = KazooClient(hosts=self._hosts, timeout=10.0)
+        root.start(timeout=timeout)
+        try:
+            root.ensure_path(self._chroot)
+        finally:
+            root.stop()
+            root.close()
+        self.zk.add_listener(self._state_listener)
+        self.zk.start(timeout=timeout)
+        for path in (BROKERS, TOPICS):
+            self.zk.ensure_path(path)
+        self.register(timeout)
+        self.zk.ChildrenWatch(BROKERS, self._children_changed)
+        self.zk.ChildrenWatch(TOPICS, self._children_changed)
+        self.zk.DataWatch(CONTROLLER, self._data_changed)
+
+    def _state_listener(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self.session_lost.set()
+        self.on_change()
+
+    def _children_changed(self, _children: list[str]) -> None:
+        self.on_change()
+
+    def _data_changed(self, _data: bytes | None, _stat: ZnodeStat | None) -> bool | None:
+        self.on_change()
+        return None
+
+    def register(self, timeout: float = 30.0) -> None:
+        """Create this broker's ephemeral node. A node left by this id's previous process (killed
+        before its session expired) is waited out; another live broker with this id is an error
+        once ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        path = broker_path(self.broker_id)
+        while True:
+            try:
+                self.zk.create(path, self.registration.to_json(), ephemeral=True, makepath=True)
+                break
+            except NodeExistsError:
+                _data, stat = self.zk.get(path)
+                if stat.ephemeralOwner == self.zk.client_id[0]:
+                    break  # ours already (re-registration after a reconnect)
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"broker id {self.broker_id} is registered by another live "
+                                       "broker") from None
+                time.sleep(0.25)
+        self.session_lost.clear()
+        log.info("registered broker %d in ZooKeeper", self.broker_id)
+
+    def is_registered(self) -> bool:
+        try:
+            _data, stat = self.zk.get(broker_path(self.broker_id))
+        except NoNodeError:
+            return False
+        return bool(stat.ephemeralOwner == self.zk.client_id[0])
+
+    def stop(self) -> None:
+        try:
+            self.zk.stop()
+        finally:
+            self.zk.close()
+
+    # -- controller --------------------------------------------------------------------------
+
+    def try_become_controller(self) -> bool:
+        """Whether this broker holds /controller (creating it if nobody does)."""
+        try:
+            self.zk.create(CONTROLLER, b'{"broker_id": %d}' % self.broker_id, ephemeral=True)
+            log.info("broker %d is the controller", self.broker_id)
+            return True
+        except NodeExistsError:
+            try:
+                _data, stat = self.zk.get(CONTROLLER)
+            except NoNodeError:
+                return False
+            return bool(stat.ephemeralOwner == self.zk.client_id[0])
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        brokers: dict[int, BrokerRegistration] = {}
+        for child in self.zk.get_children(BROKERS):
+            try:
+                data, _stat = self.zk.get(f"{BROKERS}/{child}")
+            except NoNodeError:
+                continue
+            reg = BrokerRegistration.from_json(data)
+            brokers[reg.broker_id] = reg
+        controller: int | None = None
+        try:
+            data, _stat = self.zk.get(CONTROLLER)
+            controller = int(json.loads(data)["broker_id"])
+        except NoNodeError:
+            pass
+        topics: dict[str, TopicAssignment] = {}
+        states: dict[tuple[str, int], tuple[PartitionState, int]] = {}
+        for name in self.zk.get_children(TOPICS):
+            try:
+                data, _stat = self.zk.get(topic_path(name))
+            except NoNodeError:
+                continue
+            if not data:
+                continue  # being created: the assignment is written with the node
+            assignment = TopicAssignment.from_json(data)
+            topics[name] = assignment
+            for p in assignment.partitions:
+                path = state_path(name, p)
+                try:
+                    data, stat = self.zk.get(path)
+                except NoNodeError:
+                    continue
+                states[(name, p)] = (PartitionState.from_json(data), stat.version)
+                self._watch(path)
+        return Snapshot(brokers, controller, topics, states)
+
+    def _watch(self, path: str) -> None:
+        with self._lock:
+            if path in self._watched:
+                return
+            self._watched.add(path)
+        self.zk.DataWatch(path, self._data_changed)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def create_topic(self, name: str, assignment: TopicAssignment,
+                     states: dict[int, PartitionState]) -> None:
+        """The topic node and every partition's first state, in one transaction."""
+        tx = self.zk.transaction()
+        tx.create(topic_path(name), assignment.to_json())
+        tx.create(f"{topic_path(name)}/partitions")
+        for p in sorted(states):
+            tx.create(f"{topic_path(name)}/partitions/{p}")
+            tx.create(state_path(name, p), states[p].to_json())
+        results = tx.commit()
+        for r in results:
+            if isinstance(r, NodeExistsError):
+                raise NodeExistsError(name)
+            if isinstance(r, Exception):
+                raise r
+
+    def delete_topic(self, name: str) -> None:
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(topic_path(name), recursive=True)
+
+    def set_state(self, topic: str, partition: int, state: PartitionState, version: int) -> bool:
+        """Compare-and-set of a partition state; False when someone changed it first."""
+        try:
+            self.zk.set(state_path(topic, partition), state.to_json(), version=version)
+            return True
+        except (BadVersionError, NoNodeError):
+            return False

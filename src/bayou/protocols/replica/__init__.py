@@ -1,0 +1,1 @@
+"""bayou's internal replication protocol: followers fetching from partition leaders."""
