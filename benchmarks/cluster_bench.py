@@ -37,11 +37,13 @@ from kazoo.client import KazooClient  # noqa: E402
 
 from bayou.protocols.cursus.batch import encode_batch  # noqa: E402
 from bayou.records.cursus import CursusMessage, encode_message  # noqa: E402
+from bayou.records.hashing import fnv1a_32  # noqa: E402
 from support.brokers import BrokerProcess, free_port  # noqa: E402
 from support.zookeeper import ZooKeeperServer  # noqa: E402
 
 _U32 = struct.Struct(">I")
 TOPIC = "bench"
+
 
 
 def v1(port: int, line: str) -> str:
@@ -114,6 +116,8 @@ def main() -> None:
     procs: list[BrokerProcess] = []
     zk = None
     try:
+        for d in ("single", "b1", "b2", "b3"):
+            (root / d).mkdir()
         single = BrokerProcess(root / "single" / "data", fsync="never").start()
         procs.append(single)
         assert "|OK|" in v1(single.port, f"V1|1|ADMIN_CREATE_TOPIC|{TOPIC} {args.partitions} 1")
@@ -156,6 +160,7 @@ def main() -> None:
         repl = report("3 brokers, replication factor 3, acks=all", total, secs, args.size)
         print(f"  acks=all RF 3 / single-node acks=1: {repl / base:.0%}", flush=True)
 
+        key0 = next(f"k{i}" for i in range(10_000) if fnv1a_32(f"k{i}".encode()) % args.partitions == 0)
         elect, ack = [], []
         for _ in range(args.rounds):
             old = int(state(0)["leader"])  # type: ignore[call-overload]
@@ -165,8 +170,14 @@ def main() -> None:
             wait(lambda o=old, e=epoch: int(state(0)["leader_epoch"]) > e  # type: ignore[call-overload]
                  and int(state(0)["leader"]) not in (o, -1), 30)  # type: ignore[call-overload]
             elect.append(time.monotonic() - t0)
-            new = int(state(0)["leader"])  # type: ignore[call-overload]
-            while "|OK|" not in v1(brokers[new].port, f"V1|1|PRODUCE|{TOPIC} k:x acks=all"):
+            # a V1 PRODUCE keyed for partition 0 (V1 partitions by FNV-1a of the key); each live
+            # broker is tried, the partition's leader acknowledges
+            live = [b for b in brokers if b != old]
+            deadline = time.monotonic() + 30
+            while not any("|OK|" in v1(brokers[b].port, f"V1|1|PRODUCE|{TOPIC} {key0}:x acks=all")
+                          for b in live):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no acks=all produce acknowledged after the failover")
                 time.sleep(0.01)
             ack.append(time.monotonic() - t0)
             brokers[old].start(timeout=60)

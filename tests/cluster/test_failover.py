@@ -180,3 +180,31 @@ def test_paused_leader_is_replaced_and_steps_down(cluster: Cluster) -> None:
         assert (off, value) in stored
     cluster.wait(lambda: consume_all(cluster.brokers[old].port, topic) == stored, 20,
                  "the old leader to catch up")
+
+
+def test_committed_offsets_survive_the_loss_of_the_broker_they_were_committed_on(cluster: Cluster) -> None:
+    topic = "progress"
+    assert "|OK|" in v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 2 3")
+    b1 = cluster.brokers[1].port
+    join = v1(b1, f"V1|2|JOIN|readers {topic} c1")
+    assert "|OK|" in join, join
+    generation = re.search(r"generation=(\d+)", join)
+    assert generation is not None
+    for p, off in ((0, 17), (1, 4)):
+        reply = v1(b1, f"V1|3|COMMIT|readers {topic} c1 {generation.group(1)} {p} {off}")
+        assert reply == "V1|3|OK|committed=true", reply
+    cluster.brokers[1].kill()
+    for b in (2, 3):  # every other broker answers with what broker 1 acknowledged
+        port = cluster.brokers[b].port
+        cluster.wait(lambda port=port: v1(port, f"V1|4|OFFSET|readers {topic} 0") == "V1|4|OK|offset=17",
+                     10, f"broker {b} to know the committed offset")
+        assert v1(port, f"V1|5|OFFSET|readers {topic} 1") == "V1|5|OK|offset=4"
+    # and a broker restarted from its own data takes the cluster's newer commits
+    port2 = cluster.brokers[2].port
+    join = v1(port2, f"V1|6|JOIN|readers {topic} c2")
+    gen2 = re.search(r"generation=(\d+)", join)
+    assert gen2 is not None, join
+    assert "|OK|" in v1(port2, f"V1|7|COMMIT|readers {topic} c2 {gen2.group(1)} 0 30")
+    cluster.brokers[1].start(timeout=60)
+    cluster.wait(lambda: v1(b1, f"V1|8|OFFSET|readers {topic} 0") == "V1|8|OK|offset=30", 15,
+                 "the restarted broker to take the newer commit")

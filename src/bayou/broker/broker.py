@@ -368,6 +368,12 @@ class Broker:
             await self._offsets_file.save()
             log.info("deleted topic %s", name)
 
+    def _single_node_only(self, what: str) -> None:
+        """Operations whose cluster-wide form is still to come: refused in cluster mode rather
+        than applied to one replica only (which would make the replicas diverge)."""
+        if self.cluster is not None:
+            raise InvalidRequest(f"{what} is not available in cluster mode yet")
+
     @staticmethod
     def _close_logs(topic: Topic) -> None:
         Broker._close_partitions(topic.partitions)
@@ -378,6 +384,7 @@ class Broker:
             part.log.close()
 
     async def add_partitions(self, name: str, total: int) -> Topic:
+        self._single_node_only("changing the partitions or records of a replicated topic")
         async with self._admin_lock:
             topic = self.topic(name)
             have = len(topic.partitions)
@@ -397,6 +404,7 @@ class Broker:
             return topic
 
     async def remove_partitions(self, name: str, count: int) -> Topic:
+        self._single_node_only("changing the partitions or records of a replicated topic")
         """Remove the last ``count`` partitions (Iggy DELETE_PARTITIONS); at least one must stay.
 
         Their data, committed offsets and group assignments go; long-polls on them end with
@@ -442,6 +450,7 @@ class Broker:
             return topic
 
     async def purge_topic(self, name: str) -> None:
+        self._single_node_only("changing the partitions or records of a replicated topic")
         """Delete every record of every partition; offsets are not reused (Iggy PURGE_TOPIC).
 
         Each log then starts at its old end. Committed offsets stay: they now lie below the log
@@ -464,6 +473,7 @@ class Broker:
             log.info("purged topic %s", name)
 
     async def delete_segments(self, topic: str, partition: int, count: int) -> int:
+        self._single_node_only("changing the partitions or records of a replicated topic")
         """Delete up to ``count`` of a partition's oldest segments, never the active one (Iggy
         DELETE_SEGMENTS). Returns how many went; the log start moves up past them."""
         if count < 0:
@@ -826,6 +836,8 @@ class Broker:
                     await self._groups_file.save()
         self.groups.store_offset(group, topic, partition, offset)
         await self._offsets_file.save()
+        if self.cluster is not None:
+            await self.cluster.publish_offsets(group, topic, {partition: offset})
 
     async def commit_offsets(self, group: str, topic: str, entries: dict[int, int], *,
                              member: str, generation: int) -> None:
@@ -843,6 +855,20 @@ class Broker:
         for p, off in entries.items():
             self.groups.store_offset(group, topic, p, off)
         await self._offsets_file.save()
+        if self.cluster is not None:
+            await self.cluster.publish_offsets(group, topic, dict(entries))
+
+    def adopt_offsets(self, offsets: dict[tuple[str, str, int], int]) -> bool:
+        """Cluster mode: take committed offsets from the cluster's copy; whether any changed."""
+        changed = False
+        for key, off in offsets.items():
+            if self.groups.offsets.get(key) != off:
+                self.groups.offsets[key] = off
+                changed = True
+        return changed
+
+    async def save_offsets(self) -> None:
+        await self._offsets_file.save()
 
     async def reset_group_members(self, group: str) -> None:
         if self.groups.reset_members(group):
@@ -858,6 +884,8 @@ class Broker:
         if not self.groups.delete_offset(group, topic, partition):
             return False
         await self._offsets_file.save()
+        if self.cluster is not None:
+            await self.cluster.forget_offset(group, topic, partition)
         return True
 
     async def flush_partition(self, topic: str, partition: int) -> None:

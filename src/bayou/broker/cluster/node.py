@@ -84,6 +84,7 @@ class ClusterNode:
         self._known_topics: set[str] = set()
         self._synced = asyncio.Event()
         self._stopping = False
+        self._passes = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -219,6 +220,22 @@ class ClusterNode:
             self._wake.set()
         return changes
 
+    # -- committed offsets ----------------------------------------------------------------------
+
+    async def publish_offsets(self, group: str, topic: str, entries: dict[int, int]) -> None:
+        """Write committed offsets through to ZooKeeper (before the commit is answered), so any
+        broker serves them after this one is lost."""
+        await self._run(self.zk.merge_offsets, group, topic, entries)
+
+    async def forget_offset(self, group: str, topic: str, partition: int) -> None:
+        await self._run(self.zk.delete_offset, group, topic, partition)
+
+    async def _sync_offsets(self) -> None:
+        """Take every group's committed offsets from ZooKeeper (the cluster's copy wins)."""
+        remote = await self._run(self.zk.read_offsets)
+        if self.broker.adopt_offsets(remote):
+            await self.broker.save_offsets()
+
     # -- reconciliation ------------------------------------------------------------------------
 
     async def _reconcile_loop(self) -> None:
@@ -251,6 +268,9 @@ class ClusterNode:
         await self._sync_topics(snap)
         await self._apply_states(snap)
         await self._maintain_isr(snap)
+        self._passes += 1
+        if self.zk.offsets_dirty.is_set() or self._passes % 4 == 0:
+            await self._sync_offsets()
 
     def _step_down_all(self) -> None:
         """The ZooKeeper session was lost: another broker may lead our partitions by now."""

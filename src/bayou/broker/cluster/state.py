@@ -6,7 +6,8 @@ Layout under the cluster's chroot (``zk://host:port/chroot``), as Kafka kept it 
     /brokers/ids/<id>                      ephemeral: {"host", "endpoints": {protocol: port}}
     /controller                            ephemeral: {"broker_id"}
     /topics/<topic>                        {"partitions": {"0": [replica ids]}, "config": {...}}
-    /topics/<topic>/partitions/<p>/state   {"leader", "leader_epoch", "isr": [...], "version"}
+    /topics/<topic>/partitions/<p>/state   {"leader", "leader_epoch", "isr": [...]}
+    /groups/<group>/<topic>                {"partition": committed offset}
 
 The controller (whoever holds /controller) moves leadership when a leader's broker goes away and
 drops dead brokers from ISRs; a partition's leader shrinks and grows its ISR. Both write the state
@@ -18,11 +19,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 BROKERS = "/brokers/ids"
 CONTROLLER = "/controller"
 TOPICS = "/topics"
+GROUPS = "/groups"
 NO_LEADER = -1
+
+
+def offsets_path(group: str, topic: str) -> str:
+    """A group's committed offsets on one topic: ``{"partition": next offset to read}``. Names
+    are percent-encoded (a group name may hold a slash)."""
+    return f"{GROUPS}/{quote(group, safe='')}/{quote(topic, safe='')}"
 
 
 def broker_path(broker_id: int) -> str:

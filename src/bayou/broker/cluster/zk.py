@@ -23,11 +23,13 @@ from kazoo.protocol.states import ZnodeStat
 from bayou.broker.cluster.state import (
     BROKERS,
     CONTROLLER,
+    GROUPS,
     TOPICS,
     BrokerRegistration,
     PartitionState,
     TopicAssignment,
     broker_path,
+    offsets_path,
     state_path,
     topic_path,
 )
@@ -67,6 +69,8 @@ class ZkCluster:
         self._watched: set[str] = set()
         self._lock = threading.Lock()
         self.session_lost = threading.Event()
+        self.offsets_dirty = threading.Event()  # a group's offsets changed in ZooKeeper
+        self.offsets_dirty.set()
 
     # -- connection and registration -------------------------------------------------------
 
@@ -80,11 +84,12 @@ class ZkCluster:
             root.close()
         self.zk.add_listener(self._state_listener)
         self.zk.start(timeout=timeout)
-        for path in (BROKERS, TOPICS):
+        for path in (BROKERS, TOPICS, GROUPS):
             self.zk.ensure_path(path)
         self.register(timeout)
         self.zk.ChildrenWatch(BROKERS, self._children_changed)
         self.zk.ChildrenWatch(TOPICS, self._children_changed)
+        self.zk.ChildrenWatch(GROUPS, self._groups_changed)
         self.zk.DataWatch(CONTROLLER, self._data_changed)
 
     def _state_listener(self, state: str) -> None:
@@ -96,6 +101,15 @@ class ZkCluster:
         self.on_change()
 
     def _data_changed(self, _data: bytes | None, _stat: ZnodeStat | None) -> bool | None:
+        self.on_change()
+        return None
+
+    def _groups_changed(self, _children: list[str]) -> None:
+        self.offsets_dirty.set()
+        self.on_change()
+
+    def _offsets_changed(self, _data: bytes | None, _stat: ZnodeStat | None) -> bool | None:
+        self.offsets_dirty.set()
         self.on_change()
         return None
 
@@ -214,6 +228,72 @@ class ZkCluster:
     def delete_topic(self, name: str) -> None:
         with contextlib.suppress(NoNodeError):
             self.zk.delete(topic_path(name), recursive=True)
+
+    def merge_offsets(self, group: str, topic: str, entries: dict[int, int]) -> None:
+        """Set committed offsets of ``group`` on ``topic`` (read, merge, compare-and-set)."""
+        path = offsets_path(group, topic)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                try:
+                    self.zk.create(path, json.dumps({str(p): o for p, o in entries.items()}).encode(),
+                                   makepath=True)
+                    return
+                except NodeExistsError:
+                    continue
+            doc = json.loads(data) if data else {}
+            doc.update({str(p): o for p, o in entries.items()})
+            try:
+                self.zk.set(path, json.dumps(doc).encode(), version=stat.version)
+                return
+            except (BadVersionError, NoNodeError):
+                continue
+
+    def delete_offset(self, group: str, topic: str, partition: int) -> None:
+        path = offsets_path(group, topic)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                return
+            doc = json.loads(data) if data else {}
+            if doc.pop(str(partition), None) is None:
+                return
+            try:
+                self.zk.set(path, json.dumps(doc).encode(), version=stat.version)
+                return
+            except (BadVersionError, NoNodeError):
+                continue
+
+    def read_offsets(self) -> dict[tuple[str, str, int], int]:
+        """Every group's committed offsets, watching each node for the next change."""
+        from urllib.parse import unquote
+
+        self.offsets_dirty.clear()
+        out: dict[tuple[str, str, int], int] = {}
+        for g in self.zk.get_children(GROUPS):
+            try:
+                topics = self.zk.get_children(f"{GROUPS}/{g}")
+            except NoNodeError:
+                continue
+            for t in topics:
+                path = f"{GROUPS}/{g}/{t}"
+                try:
+                    data, _stat = self.zk.get(path)
+                except NoNodeError:
+                    continue
+                self._watch_offsets(path)
+                for p, off in (json.loads(data) if data else {}).items():
+                    out[(unquote(g), unquote(t), int(p))] = int(off)
+        return out
+
+    def _watch_offsets(self, path: str) -> None:
+        with self._lock:
+            if path in self._watched:
+                return
+            self._watched.add(path)
+        self.zk.DataWatch(path, self._offsets_changed)
 
     def set_state(self, topic: str, partition: int, state: PartitionState, version: int) -> bool:
         """Compare-and-set of a partition state; False when someone changed it first."""

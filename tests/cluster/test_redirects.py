@@ -1,0 +1,103 @@
+"""Every protocol's answer to a produce sent to a broker that does not lead the partition, in a
+3-broker cluster: V1 NOT_LEADER, Cursus ``ERROR: NOT_LEADER LEADER_IS host:port``, TANK error
+0xfc with the leader's address, Iggy TRANSIENT_NOT_ACCEPTED and its cluster metadata; and the
+V1 ADMIN_* commands on the cluster's state."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import struct
+
+import pytest
+
+from bayou.protocols.cursus.batch import encode_batch
+from bayou.protocols.tank import messages as tm
+from bayou.protocols.tank.bundles import TankMessage, encode_bundle
+from bayou.records.cursus import CursusMessage, encode_message
+from bayou.records.hashing import fnv1a_32
+from conftest import Cluster, v1
+from support.tank import TankConn
+
+pytestmark = pytest.mark.slow
+_U32 = struct.Struct(">I")
+
+
+def cursus_produce(port: int, topic: str, partition: int) -> bytes:
+    out = bytearray()
+    encode_message(CursusMessage(b"hello", 0, 1, b"p", b"", 1_700_000_000), out)
+    body = encode_batch(topic, partition, bytes(out), 1, 1, 1, "1")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(_U32.pack(len(body)) + body)
+        (n,) = _U32.unpack(s.recv(4, socket.MSG_WAITALL))
+        return s.recv(n, socket.MSG_WAITALL)
+
+
+def test_each_protocol_redirects_to_the_leader(cluster: Cluster) -> None:
+    topic = "redirects"
+    assert "|OK|" in v1(cluster.brokers[2].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 1 3")
+    cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, 30, "a full ISR")
+    leader = cluster.leader(topic, 0)
+    other = next(b for b in cluster.brokers if b != leader)
+    lp, op = cluster.brokers[leader], cluster.brokers[other]
+
+    # V1
+    assert v1(op.port, f"V1|7|PRODUCE|{topic} k:v acks=all") == \
+        "V1|7|ERR|NOT_LEADER|partition leader unavailable on this broker"
+    assert v1(lp.port, f"V1|8|PRODUCE|{topic} k:v acks=all").startswith("V1|8|OK|partition=0 offset=0")
+
+    # Cursus: the distributed brokers' redirect; the leader takes it
+    assert cursus_produce(op.cursus_port, topic, 0) == \
+        f"ERROR: NOT_LEADER LEADER_IS 127.0.0.1:{lp.cursus_port}".encode()
+    assert cursus_produce(lp.cursus_port, topic, 0).startswith(b'{"status":"OK"')
+
+    # TANK: error 0xfc followed by the leader's IPv4 address and TANK port
+    async def tank(port: int) -> tm.ProduceResponse:
+        conn = await TankConn.open(port)
+        try:
+            bundle = encode_bundle([TankMessage(value=b"tank-value")])
+            req = tm.Produce(1, (tm.ProduceTopic(topic, (tm.ProduceEntry(0, bundle),)),))
+            resp = await conn.call(req)
+            assert isinstance(resp, tm.ProduceResponse)
+            return resp
+        finally:
+            await conn.close()
+
+    redirected = asyncio.run(tank(op.tank_port)).topics[0]
+    assert redirected.errors == (0xFC,)
+    assert redirected.leaders == (tm.Endpoint(int(ipaddress.IPv4Address("127.0.0.1")), lp.tank_port),)
+    assert asyncio.run(tank(lp.tank_port)).topics[0].errors == (0,)
+
+    # records from every protocol are on every replica
+    cluster.wait(lambda: all(v1(b.port, f"V1|1|CONSUME|{topic} 0 0").count(":") >= 3
+                             for b in cluster.brokers.values()), 20, "replication")
+
+
+def test_admin_commands_see_and_change_the_cluster(cluster: Cluster) -> None:
+    topic = "admin"
+    port = cluster.brokers[1].port
+    assert "|OK|" in v1(port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 2 3")
+    cluster.wait(lambda: all(len(cluster.isr(topic, p)) == 3 for p in range(2)), 30, "full ISRs")
+    assert v1(port, "V1|2|ADMIN_GET_METADATA|").endswith(f"topics=[{topic}] brokers=[1 2 3] fenced=[]")
+    old = cluster.leader(topic, 0)
+    new = next(b for b in cluster.isr(topic, 0) if b != old)
+    isr = ",".join(str(b) for b in cluster.isr(topic, 0))
+    reply = v1(port, f"V1|3|ADMIN_SET_PARTITION_LEADER|{topic} 0 {new} {isr}")
+    assert "|OK|" in reply, reply
+    cluster.wait(lambda: cluster.leader(topic, 0) == new, 10, "the chosen leader")
+    assert int(cluster.state(topic, 0)["leader_epoch"]) == 1  # type: ignore[call-overload]
+    key0 = next(f"k{i}" for i in range(1000) if fnv1a_32(f"k{i}".encode()) % 2 == 0)  # V1: partition 0
+    cluster.wait(lambda: "|OK|" in v1(cluster.brokers[new].port, f"V1|4|PRODUCE|{topic} {key0}:x acks=all"),
+                 10, "the new leader to take produces")
+    # a leader outside the ISR is refused, and nothing changes
+    cluster.brokers[old].kill()
+    cluster.wait(lambda: old not in cluster.live(), 15, "the killed broker's session to expire")
+    asker = cluster.brokers[new].port
+    cluster.wait(lambda: f"fenced=[{old}]" in v1(asker, "V1|5|ADMIN_GET_METADATA|"), 10,
+                 "the dead broker fenced in the metadata")
+    live = next(b for b in cluster.brokers if b != old)
+    bad = v1(cluster.brokers[live].port, f"V1|6|ADMIN_SET_PARTITION_LEADER|{topic} 0 {old} {old}")
+    assert "ERR|BAD_REQUEST" in bad, bad
+    assert cluster.leader(topic, 0) == new
+    assert "elected_changes=0" in v1(cluster.brokers[live].port, f"V1|7|ADMIN_ELECT_TOPIC_LEADERS|{topic}")
