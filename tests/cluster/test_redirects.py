@@ -101,3 +101,72 @@ def test_admin_commands_see_and_change_the_cluster(cluster: Cluster) -> None:
     assert "ERR|BAD_REQUEST" in bad, bad
     assert cluster.leader(topic, 0) == new
     assert "elected_changes=0" in v1(cluster.brokers[live].port, f"V1|7|ADMIN_ELECT_TOPIC_LEADERS|{topic}")
+
+
+def test_partition_role_replica_fetch_tank_acks_and_iggy_metadata(cluster: Cluster) -> None:
+    from bayou.protocols.iggy import messages as im
+    from support.iggy import legacy_login
+
+    topic = "roles"
+    assert "|OK|" in v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 1 3")
+    cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, 30, "a full ISR")
+    old = cluster.leader(topic, 0)
+    other = next(b for b in cluster.brokers if b != old)
+    op, lp = cluster.brokers[other].port, cluster.brokers[old].port
+
+    # REPLICA_FETCH reports the real state on the leader and cannot fake progress
+    reply = v1(lp, f"V1|1|REPLICA_FETCH|{topic} 0 {other} 999")
+    isr = " ".join(map(str, cluster.isr(topic, 0)))
+    assert reply.endswith(f"hw=-1 isr=[{isr}] under_replicated=false"), reply
+    assert v1(op, f"V1|2|REPLICA_FETCH|{topic} 0 {old} 0") == "V1|2|ERR|BAD_REQUEST|partition is not leader"
+    assert "BAD_REQUEST" in v1(lp, f"V1|3|REPLICA_FETCH|{topic} 0 {old} 0")  # itself is no follower
+
+    # SET_PARTITION_ROLE moves the leadership through ZooKeeper
+    assert v1(op, f"V1|4|SET_PARTITION_ROLE|{topic} 0 leader").startswith(
+        f"V1|4|OK|topic={topic} partition=0 role=leader")
+    assert cluster.leader(topic, 0) == other
+    assert int(cluster.state(topic, 0)["leader_epoch"]) == 1  # type: ignore[call-overload]
+    reply = v1(op, f"V1|5|SET_PARTITION_ROLE|{topic} 0 follower")
+    assert reply.startswith(f"V1|5|OK|topic={topic} partition=0 role=follower"), reply
+    assert cluster.leader(topic, 0) not in (other, -1)
+
+    # TANK required acks: more than the in-sync replicas is 0x04, nothing stored
+    leader = cluster.leader(topic, 0)
+    lb = cluster.brokers[leader]
+
+    async def tank(acks: int) -> int:
+        conn = await TankConn.open(lb.tank_port)
+        try:
+            bundle = encode_bundle([TankMessage(value=b"acked")])
+            req = tm.Produce(1, (tm.ProduceTopic(topic, (tm.ProduceEntry(0, bundle),)),), required_acks=acks)
+            resp = await conn.call(req)
+            assert isinstance(resp, tm.ProduceResponse)
+            return resp.topics[0].errors[0]
+        finally:
+            await conn.close()
+
+    assert asyncio.run(tank(3)) == 0  # all three in sync: acknowledged once all hold it
+    end = cluster.brokers[leader].port
+    before = v1(end, f"V1|6|CONSUME|{topic} 0 0")
+    down = next(b for b in cluster.brokers if b != leader)
+    cluster.brokers[down].kill()
+    cluster.wait(lambda: down not in cluster.isr(topic, 0), 15, "the ISR to shrink")
+    assert asyncio.run(tank(3)) == 0x04
+    assert v1(end, f"V1|7|CONSUME|{topic} 0 0").split("|", 3)[3] == before.split("|", 3)[3]
+    assert asyncio.run(tank(2)) == 0
+
+    # Iggy: GET_CLUSTER_METADATA lists the live brokers' Iggy listeners
+    async def metadata() -> object:
+        conn = await legacy_login(lb.iggy_port)
+        try:
+            return await conn.call(im.GetClusterMetadata())
+        finally:
+            await conn.close()
+
+    def iggy_ports() -> list[int]:
+        meta = asyncio.run(metadata())
+        assert isinstance(meta, im.ClusterMetadata)
+        return sorted(n.tcp_port for n in meta.nodes)
+
+    live_ports = sorted(b.iggy_port for i, b in cluster.brokers.items() if i != down)
+    cluster.wait(lambda: iggy_ports() == live_ports, 10, "the cluster metadata without the dead broker")

@@ -736,8 +736,28 @@ class Broker:
     # -- roles and follower progress (single node) ---------------------------------------------
 
     async def set_partition_role(self, topic: str, partition: int, role: str) -> Partition:
+        """Make this broker lead or follow ``partition``. In cluster mode leadership moves in
+        ZooKeeper: ``leader`` makes this broker the leader (it must be a live member of the ISR),
+        ``follower`` hands leadership to another live ISR member; the partition follows when the
+        new state reaches it."""
         if role not in (LEADER, FOLLOWER):
             raise InvalidRequest("invalid role")
+        if self.cluster is not None:
+            part = self.partition(topic, partition)
+            rs = part.cluster
+            if rs is None:
+                raise NotLeader("the partition's cluster state is not known yet")
+            me = self.config.broker_id
+            if role == LEADER and not rs.is_leader:
+                await self.cluster.set_leader(topic, partition, me, [])
+            elif role == FOLLOWER and rs.is_leader:
+                live = self.cluster.live_brokers()
+                others = [b for b in rs.isr if b != me and b in live]
+                if not others:
+                    raise InvalidRequest("no other live in-sync replica to hand the leadership to")
+                await self.cluster.set_leader(topic, partition, others[0], [])
+            await self.cluster.await_role(part, role)
+            return part
         t = await self.ensure_topic(topic)
         if not 0 <= partition < len(t.partitions):
             raise UnknownPartition(f"partition not found: topic={topic} partition={partition}")
@@ -750,7 +770,20 @@ class Broker:
 
     async def replica_progress(self, topic: str, partition: int, replica_id: int,
                                offset: int) -> ReplicaReport:
-        """Record that follower ``replica_id`` holds everything up to ``offset`` (inclusive)."""
+        """Record that follower ``replica_id`` holds everything up to ``offset`` (inclusive).
+
+        In cluster mode progress comes only from the followers' own fetches (a report could
+        otherwise acknowledge records no replica holds): the reply is the real state, checked like
+        a report (the partition led here, the id one of its replicas)."""
+        if self.cluster is not None:
+            part = self.partition(topic, partition)
+            rs = part.cluster
+            if rs is None or not rs.is_leader:
+                raise NotLeader("partition is not leader")
+            if replica_id not in rs.replicas or replica_id == rs.me:
+                raise InvalidRequest("invalid replica id")
+            min_isr = self.min_insync_replicas(topic)
+            return ReplicaReport(offset, part.high_watermark - 1, rs.isr, len(rs.isr) < min_isr)
         # rtes.md 7.9: the replica id is checked first. Both refusals come before the implicit
         # creation: a rejected report must leave nothing behind.
         if not 1 <= replica_id < self.config.replication_factor:

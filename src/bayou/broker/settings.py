@@ -21,6 +21,9 @@ class BrokerConfig:
     min_insync_replicas: int = 2
     replica_max_lag: int = 0
     replica_lag_timeout_ms: int = 10_000
+    # Cluster mode: a follower further behind the leader's log end than this many records leaves
+    # the ISR at once (0: only the lag timeout counts, as in Kafka since 0.9).
+    replica_max_lag_records: int = 0
     ack_all_timeout_ms: int = 2_000
     group_session_timeout_ms: int = 10_000
     group_expiry_check_ms: int = 5_000

@@ -15,6 +15,8 @@ from bayou.errors import (
     BayouError,
     GroupNotFound,
     IllegalGeneration,
+    InvalidConfig,
+    InvalidRequest,
     InvalidTopicName,
     NotLeader,
     PartitionNotAssigned,
@@ -227,10 +229,17 @@ class RtesService:
         validate_topic_name(r.topic)
         try:
             part = await self.broker.set_partition_role(r.topic, r.partition, r.role)
+        except (InvalidConfig, InvalidRequest) as exc:
+            if self.broker.cluster is None:
+                raise
+            raise RtesError(Code.BAD_REQUEST, exc.message) from None
         except UnknownPartition:
             raise RtesError(Code.BAD_REQUEST,
                             f"partition not found: topic={r.topic} partition={r.partition}") from None
-        hw = part.replicas.high_watermark(part.leader_last)
+        if part.cluster is not None:
+            hw = part.high_watermark - 1
+        else:
+            hw = part.replicas.high_watermark(part.leader_last)
         return f"topic={r.topic} partition={r.partition} role={r.role} hw={hw}"
 
     async def ping(self, r: m.Ping) -> None:

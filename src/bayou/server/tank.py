@@ -119,7 +119,7 @@ class TankService:
             # fsync under fsync=always), so the entries of one request share group commits.
             outcomes = await asyncio.gather(*(
                 produce_bundle(self.broker, topic.name, e.partition, e.bundle,
-                               e.base_seq if req.with_seqnum else None)
+                               e.base_seq if req.with_seqnum else None, req.required_acks)
                 for e in topic.entries))
             errors = tuple(ProduceError.OTHER_LEADER if isinstance(o, m.Endpoint) else o for o in outcomes)
             leaders = tuple(o for o in outcomes if isinstance(o, m.Endpoint))

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from bayou.broker import Acks, Broker
-from bayou.errors import BayouError, CorruptRecord, NotLeader, OffsetOutOfRange
+from bayou.errors import BayouError, CorruptRecord, NotLeader, OffsetOutOfRange, ReplicationTimeout
 from bayou.protocols.tank.bundles import TankMessage, encode_bundle, encode_chunk_record
 from bayou.protocols.tank.messages import Endpoint
 from bayou.records.batch import ATTR_SPARSE, HEADER_SIZE, assemble_batch, decode_records
@@ -33,6 +33,8 @@ PRODUCE_OK = 0x00
 PRODUCE_UNKNOWN_PARTITION = 0x01
 PRODUCE_SYSTEM_ERROR = 0x02
 PRODUCE_INVALID_SEQ = 0x0A
+PRODUCE_ACK_TIMEOUT = 0x03  # cluster mode: the replicas did not acknowledge in time
+PRODUCE_INSUFFICIENT_REPLICAS = 0x04  # cluster mode: fewer in-sync replicas than required acks
 PRODUCE_NO_LEADER = 0xFD  # cluster mode: no broker leads the partition now
 
 
@@ -75,13 +77,22 @@ async def first_available(broker: Broker, topic: str, partition: int) -> int:
 
 
 async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: bytes,
-                         base_seq: int | None) -> int | Endpoint:
+                         base_seq: int | None, required_acks: int = 0) -> int | Endpoint:
     """Append one bundle exactly as received; returns TANK's produce error byte, or in cluster
     mode the leader's TANK endpoint when another broker leads the partition (error 0xfc, which
     TANK clients follow). ``base_seq`` is ProduceWithSeqnum's (0x5) explicit first seq (None for
-    0x1)."""
+    0x1). ``required_acks`` (cluster mode; ignored standalone, as TANK does): 0 or 1 waits for the
+    leader only; more waits for every in-sync replica and needs at least that many of them (capped
+    by the replication factor), else 0x04 before anything is stored; 0x03 when the wait times
+    out."""
     if not 0 <= partition < broker.partition_count(topic):
         return PRODUCE_UNKNOWN_PARTITION
+    acks = Acks.LEADER
+    if broker.cluster is not None and required_acks > 1:
+        rs = broker.partition(topic, partition).cluster
+        if rs is not None and rs.is_leader and len(rs.isr) < min(required_acks, len(rs.replicas)):
+            return PRODUCE_INSUFFICIENT_REPLICAS
+        acks = Acks.ALL
     try:
         h = check_bundle(bundle)  # the whole message set is checked: nothing unreadable is stored
     except CorruptRecord:
@@ -99,9 +110,11 @@ async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: byt
                            attributes=attributes, base_timestamp=now, max_timestamp=now,
                            last_offset_delta=h.span - 1)
     try:
-        await broker.produce(topic, partition, batch, Acks.LEADER, create=False, at_offset=at)
+        await broker.produce(topic, partition, batch, acks, create=False, at_offset=at)
     except OffsetOutOfRange:  # a sparse first seq at or below the high water mark
         return PRODUCE_INVALID_SEQ
+    except ReplicationTimeout:
+        return PRODUCE_ACK_TIMEOUT
     except NotLeader as exc:
         addr = exc.leader_address("tank")
         if addr is None:

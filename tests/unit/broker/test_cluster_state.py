@@ -116,3 +116,12 @@ def test_a_follower_one_fetch_behind_under_load_stays_caught_up() -> None:
     rs.caught_up_at.clear()
     rs.follower_fetched(2, 100, 150)  # it got all of the previous answer; the leader moved on
     assert 2 in rs.caught_up_at
+
+
+def test_a_follower_too_many_records_behind_leaves_at_once() -> None:
+    rs = ReplicaSet(1, 1, 0, (1, 2), (1, 2))
+    rs.follower_fetched(2, 50, 100)
+    rs.caught_up_at[2] = time.monotonic()  # caught up recently by the time rule
+    assert rs.wanted_isr(100, 30.0, {1, 2}) == (1, 2)
+    assert rs.wanted_isr(100, 30.0, {1, 2}, max_lag_records=40) == (1,)
+    assert rs.wanted_isr(100, 30.0, {1, 2}, max_lag_records=60) == (1, 2)

@@ -202,6 +202,15 @@ class ClusterNode:
         self._wake.set()
         return new
 
+    async def await_role(self, part: Partition, role: str, timeout: float = 10.0) -> None:
+        """Wait until ``part`` has taken ``role`` from the cluster state."""
+        deadline = time.monotonic() + timeout
+        while part.role != role or part.cluster is None or part.cluster.is_leader != (role == LEADER):
+            if time.monotonic() > deadline:
+                raise InvalidConfig(f"the partition did not become {role} in {timeout:.0f} s")
+            self._wake.set()
+            await asyncio.sleep(0.02)
+
     async def elect_leaders(self, topic: str) -> int:
         """V1 ADMIN_ELECT_TOPIC_LEADERS: run the controller's election for ``topic`` now; the
         number of partitions whose state changed."""
@@ -362,7 +371,8 @@ class ClusterNode:
                 rs = part.cluster
                 if rs is None or not rs.is_leader:
                     continue
-                wanted = rs.wanted_isr(part.log.next_offset, self.lag_timeout_s, set(snap.brokers))
+                wanted = rs.wanted_isr(part.log.next_offset, self.lag_timeout_s, set(snap.brokers),
+                                       self.broker.config.replica_max_lag_records)
                 if wanted == rs.isr:
                     continue
                 new = PartitionState(self.me, rs.epoch, wanted)

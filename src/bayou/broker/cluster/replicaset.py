@@ -56,16 +56,20 @@ class ReplicaSet:
             return True
         return False
 
-    def wanted_isr(self, leader_end: int, lag_timeout_s: float, live: set[int]) -> tuple[int, ...]:
+    def wanted_isr(self, leader_end: int, lag_timeout_s: float, live: set[int],
+                   max_lag_records: int = 0) -> tuple[int, ...]:
         """The ISR the leader should commit now: members that have not held the leader's log end
-        for ``lag_timeout_s`` (or whose broker is gone) leave; live replicas that fetch and caught
-        up to the high watermark (and into this epoch) join. The leader itself always stays."""
+        for ``lag_timeout_s``, that trail it by more than ``max_lag_records`` (when not 0), or
+        whose broker is gone leave; live replicas that fetch and caught up to the high watermark
+        (and into this epoch) join. The leader itself always stays."""
         now = time.monotonic()
         out = [self.me]
         for b in self.replicas:
             if b == self.me or b not in live:
                 continue
             leo = self.follower_leo.get(b)
+            if max_lag_records and leo is not None and leader_end - leo > max_lag_records:
+                continue
             if b in self.isr:
                 seen = self.caught_up_at.get(b)
                 if seen is not None and now - seen <= lag_timeout_s:
