@@ -58,6 +58,7 @@ MAX_PARTITIONS = 10_000
 BROKER_TOPIC_KEYS = {
     "replication.factor": int,
     "min.insync.replicas": int,  # acks=all needs this many in-sync replicas (cluster mode)
+    "cluster.topic.id": str,  # cluster mode: which incarnation of the topic (set by the cluster)
     "idempotent": bool,  # de-duplicate producer sequences (Cursus ``idempotent=true``)
     "event.sourcing": bool,  # Cursus event-sourcing topic (aggregate streams, snapshots)
     # Message de-duplication by id (Iggy sends; broker/dedup.py, Broker.produce_unique)
@@ -85,6 +86,8 @@ def _split_topic_config(config: dict[str, str]) -> tuple[dict[str, str], dict[st
             if str(v).lower() not in ("true", "false"):
                 raise InvalidConfig(f"topic config {k} must be true or false, not {v!r}")
             broker[k] = str(v).lower()
+        elif kind is str:
+            broker[k] = str(v)
         else:
             try:
                 n = int(str(v))
@@ -262,9 +265,6 @@ class Broker:
             n = int(value) if value is not None else self.config.min_insync_replicas
         except ValueError:
             n = self.config.min_insync_replicas
-        part = t.partitions[0] if t is not None and t.partitions else None
-        if part is not None and part.cluster is not None:
-            n = min(n, len(part.cluster.replicas))
         return max(1, n)
 
     def _topic_rf(self, meta: TopicMeta) -> int:
@@ -311,8 +311,9 @@ class Broker:
         self.store.write_topic(meta)
         topic = Topic(meta, cfg)
         for p in range(meta.partitions):
-            topic.partitions.append(Partition(meta.name, p, self.store.open_log(meta.name, p, cfg),
-                                              self.config))
+            part = Partition(meta.name, p, self.store.open_log(meta.name, p, cfg), self.config)
+            part.in_cluster = self.cluster is not None
+            topic.partitions.append(part)
         return topic
 
     async def ensure_topic(self, name: str) -> Topic:
@@ -513,9 +514,9 @@ class Broker:
     # -- produce and fetch ---------------------------------------------------------------------
 
     def _check_leader(self, part: Partition) -> None:
-        if self.cluster is not None:
+        if self.cluster is not None or part.in_cluster:
             if part.cluster is None or not part.cluster.is_leader:
-                raise NotLeader(leader=self.cluster.leader_of(part))
+                raise NotLeader(leader=self.cluster.leader_of(part) if self.cluster else None)
             return
         meta = self.metadata.partitions.get((part.topic, part.index))
         if part.role != LEADER or (meta is not None and meta.leader != self.config.broker_id):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from bayou.broker.cluster.replicaset import ReplicaSet
 from bayou.broker.dedup import DedupTable
@@ -38,6 +39,8 @@ class Partition:
         # single node, where ``replicas`` above holds the V1 protocol's reported followers).
         self.cluster: ReplicaSet | None = None
         self.epochs: LeaderEpochCache | None = None
+        self.in_cluster = False  # cluster mode: until ``cluster`` is known, lead nothing, show nothing
+        self.replica_lock = threading.Lock()  # state switches vs. a fetcher's appends in a worker thread
 
     @property
     def leader_last(self) -> int:
@@ -53,6 +56,8 @@ class Partition:
         """
         if self.cluster is not None:
             hw = min(self.cluster.hw, self.log.next_offset)
+        elif self.in_cluster:
+            return self.log.log_start_offset
         else:
             hw = self.replicas.high_watermark(self.leader_last) + 1
         if self.log.config.fsync.mode == "always":

@@ -123,6 +123,13 @@ class BayouServer:
     async def start(self) -> None:
         await self.broker.start()
         limits = ConnectionLimits(max_connections=self.config.max_connections)
+        if self.config.cluster is not None:
+            # cluster mode from the first request on: lead nothing until ZooKeeper says so
+            from bayou.broker.cluster.node import ClusterNode
+            from bayou.broker.cluster.state import BrokerRegistration
+
+            self.cluster = ClusterNode(self.broker, self.config.cluster.zookeeper, BrokerRegistration(0, ""),
+                                       session_timeout_s=self.config.cluster.session_timeout_ms / 1000)
         try:
             for name, addr in self.config.listeners.items():
                 if addr is None:
@@ -131,8 +138,8 @@ class BayouServer:
                 listener = Listener(name, addr[0], addr[1], factory(self, name), limits, self._counter)
                 await listener.start()
                 self.listeners[name] = listener
-            if self.config.cluster is not None:
-                await self._join_cluster(self.config.cluster, limits)
+            if self.cluster is not None and self.config.cluster is not None:
+                await self._join_cluster(self.cluster, self.config.cluster, limits)
         except BaseException:
             await self.stop()
             raise
@@ -142,15 +149,13 @@ class BayouServer:
             "fsync": str(self.config.broker.log.fsync),
         })
 
-    async def _join_cluster(self, opts: ClusterOptions, limits: ConnectionLimits) -> None:
+    async def _join_cluster(self, node: ClusterNode, opts: ClusterOptions, limits: ConnectionLimits) -> None:
         """Bind the replication listener, then register with every bound port in ZooKeeper and
         follow the cluster's state (broker/cluster/node.py)."""
-        from bayou.broker.cluster.node import REPLICATION, ClusterNode
+        from bayou.broker.cluster.node import REPLICATION
         from bayou.broker.cluster.state import BrokerRegistration
         from bayou.server.replica import replica_handler
 
-        node = ClusterNode(self.broker, opts.zookeeper, BrokerRegistration(0, ""),
-                           session_timeout_s=opts.session_timeout_ms / 1000)
         listener = Listener(REPLICATION, opts.replication[0], opts.replication[1], replica_handler(node),
                             limits, self._counter)
         await listener.start()
@@ -159,7 +164,6 @@ class BayouServer:
         node.registration = BrokerRegistration(self.broker.config.broker_id,
                                                _advertised_ip(self.config.advertised_host), endpoints)
         node.zk.registration = node.registration
-        self.cluster = node
         await node.start()
 
     async def stop(self) -> None:

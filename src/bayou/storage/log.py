@@ -479,8 +479,10 @@ class PartitionLog:
             self._close_buried()
         return deleted
 
-    def purge(self) -> None:
+    def purge(self, start: int | None = None) -> None:
         """Delete every record without reusing offsets (Kafka's delete-records up to the end).
+        ``start`` (at or past the log end) makes the empty log start there instead: a follower
+        whose leader's log begins past the follower's end.
 
         A new empty active segment is created at the log end before the old segments go, so the
         log start (the first segment's base offset) equals the log end from then on, also after
@@ -488,7 +490,7 @@ class PartitionLog:
         another thread keep reading the old segments through the graveyard.
         """
         with self._lock:
-            end = self.next_offset
+            end = self.next_offset if start is None else max(start, self.next_offset)
             keep_active = self.active.size == 0 and self.active.base_offset == end
             old = self.segments[:-1] if keep_active else list(self.segments)
             if not old:

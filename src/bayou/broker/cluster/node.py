@@ -26,6 +26,7 @@ import contextlib
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -59,6 +60,7 @@ log = logging.getLogger("bayou.cluster")
 
 T = TypeVar("T")
 REPLICATION = "replication"  # the endpoint name of the replication listener
+TOPIC_ID = "cluster.topic.id"  # topic config: which incarnation of a topic (a fresh uuid per creation)
 FETCH_MAX_BYTES = 8 << 20
 FETCH_MAX_WAIT_MS = 500
 
@@ -85,13 +87,17 @@ class ClusterNode:
         self._synced = asyncio.Event()
         self._stopping = False
         self._passes = 0
+        # From now on the broker is in cluster mode: it leads nothing until ZooKeeper says so.
+        broker.cluster = self
+        for topic in broker.topics.values():
+            for part in topic.partitions:
+                part.in_cluster = True
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self._run(self.zk.start)
-        self.broker.cluster = self
         self._task = self._loop.create_task(self._reconcile_loop(), name="cluster-reconcile")
         await asyncio.wait_for(self._synced.wait(), 60)
 
@@ -143,16 +149,16 @@ class ClusterNode:
                 raise TopicAlreadyExists(f"topic {name} already exists")
         else:
             explicit = config.get("replication.factor")
-            try:
-                rf = int(explicit) if explicit is not None else min(self.broker.config.replication_factor,
-                                                                     len(live))
+            try:  # never silently fewer copies than asked for (or than the broker default)
+                rf = int(explicit) if explicit is not None else self.broker.config.replication_factor
             except ValueError:
                 raise InvalidConfig(f"invalid replication.factor {explicit!r}") from None
             try:
                 replicas = assign_replicas(live, partitions, rf, start=random.randrange(max(1, len(live))))
             except ValueError as exc:
                 raise InvalidConfig(str(exc)) from None
-            assignment = TopicAssignment(replicas, {**config, "replication.factor": str(rf)})
+            assignment = TopicAssignment(replicas, {**config, "replication.factor": str(rf),
+                                                    TOPIC_ID: uuid.uuid4().hex})
             states = {p: initial_state(r, set(live)) for p, r in replicas.items()}
             try:
                 await self._run(self.zk.create_topic, name, assignment, states)
@@ -301,18 +307,32 @@ class ClusterNode:
                 self._wake.set()
 
     async def _sync_topics(self, snap: Snapshot) -> None:
+        """Open the topics ZooKeeper has; drop local copies of topics it no longer has, or of an
+        older incarnation (deleted and created again while this broker was away: the topic id
+        differs), so an old log is never served as the new topic."""
         for name, assignment in sorted(snap.topics.items()):
             self._known_topics.add(name)
             local = self.broker.topics.get(name)
+            if local is not None and local.meta.config.get(TOPIC_ID) != assignment.config.get(TOPIC_ID):
+                log.info("dropping the local copy of an older incarnation of topic %s", name)
+                await self._drop_local(name)
+                local = None
             if local is None:
                 await self.broker.create_topic(name, len(assignment.partitions), assignment.config,
                                                exist_ok=True, from_cluster=True)
-        for name in [t for t in self.broker.topics if t in self._known_topics and t not in snap.topics]:
-            for p in range(len(self.broker.topics[name].partitions)):
+        gone = [t for t, topic in self.broker.topics.items() if t not in snap.topics
+                and (t in self._known_topics or TOPIC_ID in topic.meta.config)]
+        for name in gone:
+            await self._drop_local(name)
+
+    async def _drop_local(self, name: str) -> None:
+        topic = self.broker.topics.get(name)
+        if topic is not None:
+            for p in range(len(topic.partitions)):
                 self._stop_fetcher((name, p))
             with contextlib.suppress(UnknownTopic):
                 await self.broker.delete_topic(name, from_cluster=True)
-            self._known_topics.discard(name)
+        self._known_topics.discard(name)
 
     async def _apply_states(self, snap: Snapshot) -> None:
         for (topic, p), (state, version) in snap.states.items():
@@ -334,6 +354,11 @@ class ClusterNode:
 
     def _take_state(self, part: Partition, state: PartitionState, version: int,
                     replicas: tuple[int, ...], snap: Snapshot) -> None:
+        with part.replica_lock:  # no copy or truncation of the previous state is half-way now
+            self._take_state_locked(part, state, version, replicas, snap)
+
+    def _take_state_locked(self, part: Partition, state: PartitionState, version: int,
+                           replicas: tuple[int, ...], snap: Snapshot) -> None:
         old = part.cluster
         if part.epochs is None:
             part.epochs = LeaderEpochCache(part.log.dir)
@@ -404,8 +429,10 @@ class ClusterNode:
         if req.last_fetched_epoch >= 0:
             epoch, end = part.epochs.end_offset_for(req.last_fetched_epoch, log_end)
             if epoch != req.last_fetched_epoch or req.fetch_offset > end:
+                # no epoch at or below the follower's: only what is committed is common ground
+                cut = end if epoch >= 0 else min(part.high_watermark, req.fetch_offset)
                 return FetchReply(FetchError.NONE, rs.epoch, part.high_watermark, part.log.log_start_offset,
-                                  max(end, 0) if epoch >= 0 else 0, epoch)
+                                  cut, epoch)
         if req.fetch_offset > log_end:
             return FetchReply(FetchError.OFFSET_OUT_OF_RANGE, rs.epoch, part.high_watermark,
                               part.log.log_start_offset)
@@ -447,6 +474,12 @@ class ClusterNode:
                 log.info("fetch of %s/%d from broker %d stopped: %s", part.topic, part.index,
                          leader.broker_id, exc)
                 await asyncio.sleep(0.1)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a storage error must not end replication for good
+                log.exception("fetch of %s/%d from broker %d failed; retrying", part.topic, part.index,
+                              leader.broker_id)
+                await asyncio.sleep(1.0)
             finally:
                 writer.close()
 
@@ -473,38 +506,77 @@ class ClusterNode:
                 await asyncio.sleep(0.1)
                 continue
             if reply.error == FetchError.OFFSET_OUT_OF_RANGE:
-                # our log runs past the leader's: what is beyond its end diverged
-                await loop.run_in_executor(self.broker._io, self._truncate, part,
-                                           min(part.log.next_offset, max(reply.high_watermark, 0)))
+                if reply.log_start_offset > part.log.next_offset:
+                    # retention on the leader passed our end: start over at its log start
+                    await loop.run_in_executor(self.broker._io, self._restart_at, part, rs,
+                                               reply.log_start_offset)
+                else:  # our log runs past the leader's: what is beyond its end diverged
+                    await loop.run_in_executor(self.broker._io, self._truncate, part, rs,
+                                               min(part.log.next_offset, max(reply.high_watermark, 0)))
+                await asyncio.sleep(0.05)
                 continue
             if reply.diverging_end_offset >= 0:
+                # KIP-320: cut where the epoch ended on the leader or here, whichever is first
+                _own_epoch, own_end = part.epochs.end_offset_for(reply.diverging_epoch, part.log.next_offset)
                 cut = min(reply.diverging_end_offset, part.log.next_offset)
+                if own_end >= 0:
+                    cut = min(cut, own_end)
                 log.info("%s/%d diverged from the leader after offset %d (epoch %d): truncating",
                          part.topic, part.index, cut, reply.diverging_epoch)
-                await loop.run_in_executor(self.broker._io, self._truncate, part, cut)
+                if cut >= part.log.next_offset:
+                    await asyncio.sleep(0.1)  # nothing to cut: never spin
+                await loop.run_in_executor(self.broker._io, self._truncate, part, rs, cut)
                 continue
             if reply.data:
-                await loop.run_in_executor(self.broker._io, self._append_copied, part, reply.data)
+                await loop.run_in_executor(self.broker._io, self._append_copied, part, rs, reply.data)
             rs.hw = max(rs.hw, min(reply.high_watermark, part.log.next_offset))
             part.notify()
 
     @staticmethod
     def _last_epoch(part: Partition) -> int:
+        """The epoch of the follower's last batch: from the epoch cache, else (a cache lost or a
+        log from before cluster mode) from the last batch's header; -1 for an empty log."""
         assert part.epochs is not None
-        return part.epochs.latest_epoch if part.log.next_offset > 0 else -1
+        if part.log.next_offset <= part.log.log_start_offset:
+            return -1
+        if part.epochs.entries:
+            return part.epochs.latest_epoch
+        h = part.log.batch_header_at(part.log.next_offset - 1)
+        return h.leader_epoch if h is not None and h.leader_epoch >= 0 else -1
 
     @staticmethod
-    def _truncate(part: Partition, offset: int) -> None:
+    def _truncate(part: Partition, rs: ReplicaSet, offset: int) -> None:
         assert part.epochs is not None
-        part.log.truncate_to(offset)
-        part.epochs.truncate_from(offset)
-        if part.cluster is not None:
-            part.cluster.hw = min(part.cluster.hw, part.log.next_offset)
-        part.reset_dedup()
+        with part.replica_lock:
+            if part.cluster is not rs or rs.is_leader:
+                return  # the state moved on while this waited for a worker thread
+            part.log.truncate_to(offset)
+            part.epochs.truncate_from(offset)
+            rs.hw = min(rs.hw, part.log.next_offset)
+            part.reset_dedup()
 
     @staticmethod
-    def _append_copied(part: Partition, data: bytes) -> None:
+    def _restart_at(part: Partition, rs: ReplicaSet, start: int) -> None:
+        assert part.epochs is not None
+        with part.replica_lock:
+            if part.cluster is not rs or rs.is_leader:
+                return
+            part.log.purge(start)
+            part.epochs.truncate_from(0)
+            rs.hw = min(rs.hw, part.log.next_offset)
+            part.reset_dedup()
+
+    @staticmethod
+    def _append_copied(part: Partition, rs: ReplicaSet, data: bytes) -> None:
         """Append the leader's batches at their own offsets (skipping any we already hold)."""
+        assert part.epochs is not None
+        with part.replica_lock:
+            if part.cluster is not rs or rs.is_leader:
+                return
+            ClusterNode._copy(part, data)
+
+    @staticmethod
+    def _copy(part: Partition, data: bytes) -> None:
         assert part.epochs is not None
         for pos, h in iter_batches(data):
             if h.next_offset <= part.log.next_offset:
