@@ -208,3 +208,25 @@ def test_committed_offsets_survive_the_loss_of_the_broker_they_were_committed_on
     cluster.brokers[1].start(timeout=60)
     cluster.wait(lambda: v1(b1, f"V1|8|OFFSET|readers {topic} 0") == "V1|8|OK|offset=30", 15,
                  "the restarted broker to take the newer commit")
+
+
+def test_whole_cluster_killed_and_restarted_keeps_every_acknowledged_record(cluster: Cluster) -> None:
+    """Every broker SIGKILLed at once, then restarted from its data: the last leader (the only one
+    the ISR may elect) comes back to lead, the others follow, nothing acknowledged is lost."""
+    topic = "blackout"
+    assert "|OK|" in v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 1 3")
+    cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, 30, "a full ISR")
+    acked = produce_n(cluster, topic, 40, "a")
+    for b in cluster.brokers.values():
+        b.kill()
+    cluster.wait(lambda: not cluster.live(), 15, "every session to expire")
+    for b in cluster.brokers.values():
+        b.start(timeout=60)
+    cluster.wait(lambda: cluster.leader(topic, 0) != -1 and len(cluster.isr(topic, 0)) == 3, 30,
+                 "a leader and a full ISR again")
+    acked += produce_n(cluster, topic, 10, "b")
+    stored = consume_all(cluster.brokers[cluster.leader(topic, 0)].port, topic)
+    for value, off in acked:
+        assert (off, value) in stored
+    cluster.wait(lambda: all(consume_all(b.port, topic) == stored for b in cluster.brokers.values()), 20,
+                 "every replica to agree")
