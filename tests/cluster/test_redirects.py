@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import struct
 
@@ -170,3 +171,56 @@ def test_partition_role_replica_fetch_tank_acks_and_iggy_metadata(cluster: Clust
 
     live_ports = sorted(b.iggy_port for i, b in cluster.brokers.items() if i != down)
     cluster.wait(lambda: iggy_ports() == live_ports, 10, "the cluster metadata without the dead broker")
+
+
+def cursus_cmd(port: int, text: str) -> str:
+    body = b"\x00\x00" + text.encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(_U32.pack(len(body)) + body)
+        (n,) = _U32.unpack(s.recv(4, socket.MSG_WAITALL))
+        return s.recv(n, socket.MSG_WAITALL).decode()
+
+
+def test_cursus_group_coordinator_and_its_failover(cluster: Cluster) -> None:
+    """Cursus METADATA names each partition's leader; FIND_COORDINATOR names one coordinator per
+    group on every broker; group commands elsewhere answer NOT_COORDINATOR with its address; when
+    the coordinator dies the group moves and its committed offsets come along."""
+    topic, group = "coord", "billing"
+    assert "|OK|" in v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 2 3")
+    cluster.wait(lambda: all(len(cluster.isr(topic, p)) == 3 for p in range(2)), 30, "full ISRs")
+    by_cursus = {b.cursus_port: i for i, b in cluster.brokers.items()}
+    meta = cursus_cmd(cluster.brokers[1].cursus_port, f"METADATA topic={topic}")
+    leaders = re.search(r"leaders=(\S+)", meta)
+    assert leaders is not None, meta
+    assert [by_cursus[int(a.rsplit(":", 1)[1])] for a in leaders.group(1).split(",")] == \
+        [cluster.leader(topic, p) for p in range(2)]
+
+    def coordinator(port: int) -> int:
+        reply = cursus_cmd(port, f"FIND_COORDINATOR group={group}")
+        m = re.search(r"port=(\d+)", reply)
+        assert reply.startswith("OK coordinator_id=") and m is not None, reply
+        return by_cursus[int(m.group(1))]
+
+    coord = coordinator(cluster.brokers[1].cursus_port)
+    assert {coordinator(b.cursus_port) for b in cluster.brokers.values()} == {coord}
+    other = next(b for b in cluster.brokers if b != coord)
+    wrong = cursus_cmd(cluster.brokers[other].cursus_port, f"JOIN_GROUP topic={topic} group={group} member=m")
+    assert wrong == f"ERROR: NOT_COORDINATOR host=127.0.0.1 port={cluster.brokers[coord].cursus_port}"
+    cport = cluster.brokers[coord].cursus_port
+    joined = cursus_cmd(cport, f"JOIN_GROUP topic={topic} group={group} member=m")
+    assert joined.startswith("OK"), joined
+    member = re.search(r"member=(\S+)", joined)
+    gen = re.search(r"generation=(\d+)", joined)
+    assert member is not None and gen is not None
+    committed = cursus_cmd(cport, f"COMMIT_OFFSET topic={topic} group={group} partition=0 offset=42 "
+                                  f"member={member.group(1)} generation={gen.group(1)}")
+    assert committed.startswith("OK"), committed
+    cluster.brokers[coord].kill()
+    survivor = next(b for b in cluster.brokers if b != coord)
+    cluster.wait(lambda: coordinator(cluster.brokers[survivor].cursus_port) != coord, 15,
+                 "the group to move to a live coordinator")
+    new = coordinator(cluster.brokers[survivor].cursus_port)
+    nport = cluster.brokers[new].cursus_port
+    assert cursus_cmd(nport, f"JOIN_GROUP topic={topic} group={group} member=m").startswith("OK")
+    cluster.wait(lambda: cursus_cmd(nport, f"FETCH_OFFSET topic={topic} group={group} partition=0")
+                 == "OK offset=42", 10, "the committed offset at the new coordinator")

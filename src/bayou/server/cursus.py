@@ -96,6 +96,11 @@ class Advertised:
     port: int
 
 
+# Commands whose state lives on the group's coordinator (cluster mode checks who that is).
+GROUP_COMMANDS = frozenset({"JOIN_GROUP", "SYNC_GROUP", "HEARTBEAT", "LEAVE_GROUP", "COMMIT_OFFSET", "COMMIT",
+                            "BATCH_COMMIT", "REGISTER_GROUP", "GROUP_STATUS"})
+
+
 class CursusService:
     def __init__(self, broker: Broker, advertised: Advertised) -> None:
         self.broker = broker
@@ -146,6 +151,8 @@ class CursusService:
             handler = self.table.get(item.name)
             if handler is None or not item.well_formed():
                 return replies.error("unknown_command", ("command", replies.Quoted(item.text)))
+            if item.name in GROUP_COMMANDS and self.broker.cluster is not None:
+                self._check_coordinator(item)
             return await handler(item, state, conn)
         except Reply as r:
             return r.body
@@ -163,6 +170,21 @@ class CursusService:
             return replies.error("internal_error", ("reason", "internal error"))
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _check_coordinator(self, cmd: Command) -> None:
+        """Cluster mode: a group's membership lives on its coordinator; elsewhere the distributed
+        Cursus broker's ``ERROR: NOT_COORDINATOR host=<h> port=<p>``, on which clients find the
+        coordinator again and rejoin there."""
+        group = cmd.args.get("group")
+        cluster = self.broker.cluster
+        if not group or cluster is None:
+            return
+        reg = cluster.coordinator_of(group)
+        if reg is None or reg.broker_id == self.broker.config.broker_id:
+            return
+        where = reg.address("cursus")
+        if where is not None:
+            raise err(replies.ErrorCode.NOT_COORDINATOR, ("host", where[0]), ("port", where[1]))
 
     @staticmethod
     def _need(cmd: Command, key: str, missing: bytes | None = None) -> str:
@@ -286,8 +308,16 @@ class CursusService:
         self._topic_exists(topic)
         n = self.broker.partition_count(topic)
         addr = f"{self.advertised.host}:{self.advertised.port}"
-        return replies.ok(("topic", topic), ("partitions", n), ("leaders", ",".join([addr] * n)),
-                          ("epochs", ",".join(["0"] * n)), *self._policy_pairs(topic))
+        leaders, epochs = [addr] * n, ["0"] * n
+        cluster = self.broker.cluster
+        if cluster is not None:  # each partition's leader (its Cursus listener) and leader epoch
+            for p in range(n):
+                reg, epoch = cluster.partition_leader(topic, p)
+                where = reg.address("cursus") if reg is not None else None
+                leaders[p] = f"{where[0]}:{where[1]}" if where is not None else ""
+                epochs[p] = str(max(epoch, 0))
+        return replies.ok(("topic", topic), ("partitions", n), ("leaders", ",".join(leaders)),
+                          ("epochs", ",".join(epochs)), *self._policy_pairs(topic))
 
     async def find_coordinator(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
         if cmd.args.get("group"):
@@ -296,6 +326,14 @@ class CursusService:
             kind = "transaction"
         else:
             raise err("missing_coordinator_key", ("command", "FIND_COORDINATOR"))
+        cluster = self.broker.cluster
+        if cluster is not None and kind == "group":
+            reg = cluster.coordinator_of(cmd.args["group"])
+            where = reg.address("cursus") if reg is not None else None
+            if reg is None or where is None:
+                raise err("coordinator_not_available", ("group", cmd.args["group"]))
+            return replies.ok(("coordinator_id", reg.broker_id), ("coordinator_type", kind),
+                              ("host", where[0]), ("port", where[1]))
         return replies.ok(("coordinator_id", "standalone"), ("coordinator_type", kind),
                           ("host", self.advertised.host), ("port", self.advertised.port))
 

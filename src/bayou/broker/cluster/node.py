@@ -54,6 +54,7 @@ from bayou.errors import (
 )
 from bayou.protocols.replica.codec import Fetch, FetchError, FetchReply, ReplicaProtocolError, decode, encode
 from bayou.records.batch import iter_batches
+from bayou.records.hashing import fnv1a_32
 from bayou.storage.epochs import LeaderEpochCache
 
 log = logging.getLogger("bayou.cluster")
@@ -136,6 +137,23 @@ class ClusterNode:
             return None
         reg = snap.brokers.get(entry[0].leader)
         return None if reg is None else (reg.broker_id, reg.host, dict(reg.endpoints))
+
+    def coordinator_of(self, group: str) -> BrokerRegistration | None:
+        """The broker that coordinates ``group``: FNV-1a of its name over the live brokers, in id
+        order (so every broker agrees, and a dead coordinator's groups move to live brokers)."""
+        live = self.live_brokers()
+        if not live:
+            return None
+        ids = sorted(live)
+        return live[ids[fnv1a_32(group.encode()) % len(ids)]]
+
+    def partition_leader(self, topic: str, partition: int) -> tuple[BrokerRegistration | None, int]:
+        """(the partition's leader as the last snapshot knows it, its leader epoch)."""
+        snap = self.snapshot
+        entry = snap.states.get((topic, partition)) if snap is not None else None
+        if snap is None or entry is None:
+            return None, -1
+        return snap.brokers.get(entry[0].leader), entry[0].leader_epoch
 
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         return dict(self.snapshot.brokers) if self.snapshot is not None else {}
