@@ -868,10 +868,11 @@ class Broker:
             finally:
                 if self._generation(group) != before:
                     await self._groups_file.save()
+        if self.cluster is not None:  # the cluster's copy first: an adoption never reverts this
+            self.groups.check_offsets(group, topic, {partition: offset})
+            await self.cluster.publish_offsets(group, topic, {partition: offset})
         self.groups.store_offset(group, topic, partition, offset)
         await self._offsets_file.save()
-        if self.cluster is not None:
-            await self.cluster.publish_offsets(group, topic, {partition: offset})
 
     async def commit_offsets(self, group: str, topic: str, entries: dict[int, int], *,
                              member: str, generation: int) -> None:
@@ -886,11 +887,11 @@ class Broker:
             if self._generation(group) != before:
                 await self._groups_file.save()
         self.groups.check_offsets(group, topic, entries)
+        if self.cluster is not None:  # the cluster's copy first: an adoption never reverts this
+            await self.cluster.publish_offsets(group, topic, dict(entries))
         for p, off in entries.items():
             self.groups.store_offset(group, topic, p, off)
         await self._offsets_file.save()
-        if self.cluster is not None:
-            await self.cluster.publish_offsets(group, topic, dict(entries))
 
     def adopt_offsets(self, offsets: dict[tuple[str, str, int], int]) -> bool:
         """Cluster mode: take committed offsets from the cluster's copy; whether any changed."""

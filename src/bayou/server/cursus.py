@@ -175,16 +175,19 @@ class CursusService:
         """Cluster mode: a group's membership lives on its coordinator; elsewhere the distributed
         Cursus broker's ``ERROR: NOT_COORDINATOR host=<h> port=<p>``, on which clients find the
         coordinator again and rejoin there."""
-        group = cmd.args.get("group")
+        positional = self._positional(cmd)  # the seeds' forms: topic, group, ...
+        group = cmd.args.get("group") or (positional[1] if len(positional) > 1 else None)
         cluster = self.broker.cluster
         if not group or cluster is None:
             return
-        reg = cluster.coordinator_of(group)
-        if reg is None or reg.broker_id == self.broker.config.broker_id:
+        reg = cluster.coordinator_of(group, "cursus")
+        if reg is None:  # the cluster state has not arrived yet
+            raise err("coordinator_not_available", ("group", group))
+        if reg.broker_id == self.broker.config.broker_id:
             return
         where = reg.address("cursus")
-        if where is not None:
-            raise err(replies.ErrorCode.NOT_COORDINATOR, ("host", where[0]), ("port", where[1]))
+        assert where is not None  # chosen among brokers with a Cursus listener
+        raise err(replies.ErrorCode.NOT_COORDINATOR, ("host", where[0]), ("port", where[1]))
 
     @staticmethod
     def _need(cmd: Command, key: str, missing: bytes | None = None) -> str:
@@ -328,7 +331,7 @@ class CursusService:
             raise err("missing_coordinator_key", ("command", "FIND_COORDINATOR"))
         cluster = self.broker.cluster
         if cluster is not None and kind == "group":
-            reg = cluster.coordinator_of(cmd.args["group"])
+            reg = cluster.coordinator_of(cmd.args["group"], "cursus")
             where = reg.address("cursus") if reg is not None else None
             if reg is None or where is None:
                 raise err("coordinator_not_available", ("group", cmd.args["group"]))

@@ -138,10 +138,11 @@ class ClusterNode:
         reg = snap.brokers.get(entry[0].leader)
         return None if reg is None else (reg.broker_id, reg.host, dict(reg.endpoints))
 
-    def coordinator_of(self, group: str) -> BrokerRegistration | None:
-        """The broker that coordinates ``group``: FNV-1a of its name over the live brokers, in id
-        order (so every broker agrees, and a dead coordinator's groups move to live brokers)."""
-        live = self.live_brokers()
+    def coordinator_of(self, group: str, protocol: str) -> BrokerRegistration | None:
+        """The broker that coordinates ``group`` for ``protocol``: FNV-1a of its name over the live
+        brokers with that protocol's listener, in id order (so every broker agrees, and a dead
+        coordinator's groups move to live brokers)."""
+        live = {b: reg for b, reg in self.live_brokers().items() if protocol in reg.endpoints}
         if not live:
             return None
         ids = sorted(live)
@@ -330,24 +331,31 @@ class ClusterNode:
         differs), so an old log is never served as the new topic."""
         for name, assignment in sorted(snap.topics.items()):
             self._known_topics.add(name)
-            local = self.broker.topics.get(name)
-            if local is not None and local.meta.config.get(TOPIC_ID) != assignment.config.get(TOPIC_ID):
-                log.info("dropping the local copy of an older incarnation of topic %s", name)
-                await self._drop_local(name)
-                local = None
-            if local is None:
-                await self.broker.create_topic(name, len(assignment.partitions), assignment.config,
-                                               exist_ok=True, from_cluster=True)
+            try:  # one topic that fails must not hold up the rest of the pass
+                local = self.broker.topics.get(name)
+                if local is not None and local.meta.config.get(TOPIC_ID) != assignment.config.get(TOPIC_ID):
+                    log.info("dropping the local copy of an older incarnation of topic %s", name)
+                    await self._drop_local(name)
+                    local = None
+                if local is None:
+                    await self.broker.create_topic(name, len(assignment.partitions), assignment.config,
+                                                   exist_ok=True, from_cluster=True)
+            except Exception:
+                log.exception("cannot open topic %s from the cluster state; retrying", name)
         gone = [t for t, topic in self.broker.topics.items() if t not in snap.topics
                 and (t in self._known_topics or TOPIC_ID in topic.meta.config)]
         for name in gone:
-            await self._drop_local(name)
+            try:
+                await self._drop_local(name)
+            except Exception:
+                log.exception("cannot drop topic %s; retrying", name)
 
     async def _drop_local(self, name: str) -> None:
         topic = self.broker.topics.get(name)
         if topic is not None:
-            for p in range(len(topic.partitions)):
+            for p, part in enumerate(topic.partitions):
                 self._stop_fetcher((name, p))
+                await self._run(self._detach, part)
             with contextlib.suppress(UnknownTopic):
                 await self.broker.delete_topic(name, from_cluster=True)
         self._known_topics.discard(name)
@@ -444,13 +452,20 @@ class ClusterNode:
             return FetchReply(FetchError.FENCED, rs.epoch, 0, 0)
         assert part.epochs is not None
         log_end = part.log.next_offset
+        if req.fetch_offset < part.log.log_start_offset:  # checked first: the follower restarts there
+            return FetchReply(FetchError.OFFSET_OUT_OF_RANGE, rs.epoch, part.high_watermark,
+                              part.log.log_start_offset)
         if req.last_fetched_epoch >= 0:
             epoch, end = part.epochs.end_offset_for(req.last_fetched_epoch, log_end)
-            if epoch != req.last_fetched_epoch or req.fetch_offset > end:
-                # no epoch at or below the follower's: only what is committed is common ground
-                cut = end if epoch >= 0 else min(part.high_watermark, req.fetch_offset)
+            if epoch < 0:
+                # no epoch at or below the follower's here (a cache lost or restarted): what is
+                # committed is common ground; past it, cut back to it
+                if req.fetch_offset > part.high_watermark:
+                    return FetchReply(FetchError.NONE, rs.epoch, part.high_watermark,
+                                      part.log.log_start_offset, part.high_watermark, epoch)
+            elif epoch != req.last_fetched_epoch or req.fetch_offset > end:
                 return FetchReply(FetchError.NONE, rs.epoch, part.high_watermark, part.log.log_start_offset,
-                                  cut, epoch)
+                                  end, epoch)
         if req.fetch_offset > log_end:
             return FetchReply(FetchError.OFFSET_OUT_OF_RANGE, rs.epoch, part.high_watermark,
                               part.log.log_start_offset)
@@ -549,6 +564,12 @@ class ClusterNode:
                 await loop.run_in_executor(self.broker._io, self._append_copied, part, rs, reply.data)
             rs.hw = max(rs.hw, min(reply.high_watermark, part.log.next_offset))
             part.notify()
+
+    @staticmethod
+    def _detach(part: Partition) -> None:
+        """Wait out a copy or truncation in a worker thread, then fence any later one."""
+        with part.replica_lock:
+            part.cluster = None
 
     @staticmethod
     def _last_epoch(part: Partition) -> int:
