@@ -152,3 +152,11 @@ def _client_side(data: bytes, command: Command) -> None:
        st.sampled_from(sorted(codec.REPLY_DECODERS)))
 def test_mutated_replies(data: bytes, command: Command) -> None:
     _client_side(data, command)
+
+
+def test_create_topic_with_compression_zero_round_trips() -> None:
+    """Found by the fuzzer: an L CREATE_TOPIC whose compression byte is 0 (not a valid algorithm,
+    but what the decoder reads) must re-encode as 0, not as NONE (1)."""
+    data = (b"#\x00\x00\x00.\x01\x00\x00\x01\x04\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\xa4\x93\xd6\x00"
+            b"\x00\x00\x00\x80\x96\x98\x00\x00\x00\x00\x00\x01\x02t2")
+    assert serve(data) == 1

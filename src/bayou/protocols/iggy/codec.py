@@ -705,7 +705,8 @@ def _enc_create_topic(req: m.CreateTopic, dialect: Dialect) -> bytes:
     if dialect is Dialect.VSR:
         return head + U32.pack(req.partitions_count) + enc_name8(req.name) + enc_user_headers(req.options)
     return (head + U32.pack(req.partitions_count)
-            + struct.pack("<BQQB", req.compression_algorithm or m.CompressionAlgorithm.NONE,
+            + struct.pack("<BQQB", m.CompressionAlgorithm.NONE if req.compression_algorithm is None
+                          else req.compression_algorithm,
                           req.message_expiry or 0, req.max_topic_size or 0, req.replication_factor or 0)
             + enc_name8(req.name) + enc_user_headers(req.options))  # options: a bayou extension in L
 
