@@ -59,22 +59,26 @@ class Cluster:
         self.zk = zk
         self.url = zk.url(chroot)
         self.chroot = "/" + chroot.strip("/")
-        cfg = root / "cluster.toml"
-        cfg.write_text(CLUSTER_CONFIG)
-        self.brokers: dict[int, BrokerProcess] = {}
-        self.replication_ports = {i: free_port() for i in range(1, n + 1)}
-        for i in range(1, n + 1):
-            data = root / f"broker{i}" / "data"
-            data.parent.mkdir(parents=True, exist_ok=True)
-            self.brokers[i] = BrokerProcess(
-                data, "--config", str(cfg), "--cluster", self.url, "--broker-id", str(i),
-                "--replication", f"127.0.0.1:{self.replication_ports[i]}", "--advertised-host", "127.0.0.1",
-                fsync="always")
+        self.cfg = root / "cluster.toml"
+        self.cfg.write_text(CLUSTER_CONFIG)
+        self.brokers: dict[int, BrokerProcess] = {i: self._process(i) for i in range(1, n + 1)}
         self.kazoo = KazooClient(hosts=zk.hosts + self.chroot, timeout=10.0)
 
+    def _process(self, i: int) -> BrokerProcess:
+        """Broker ``i`` on fresh free ports (its data directory stays the same)."""
+        data = self.root / f"broker{i}" / "data"
+        data.parent.mkdir(parents=True, exist_ok=True)
+        return BrokerProcess(data, "--config", str(self.cfg), "--cluster", self.url, "--broker-id", str(i),
+                             "--replication", f"127.0.0.1:{free_port()}", "--advertised-host", "127.0.0.1",
+                             fsync="always")
+
     def start(self) -> Cluster:
-        for b in self.brokers.values():
-            b.start(timeout=60)
+        for i in self.brokers:
+            try:
+                self.brokers[i].start(timeout=60)
+            except RuntimeError:  # exited at once: a free port taken meanwhile; try new ports once
+                self.brokers[i] = self._process(i)
+                self.brokers[i].start(timeout=60)
         self.kazoo.start(timeout=20)
         self.wait(lambda: len(self.live()) == len(self.brokers), 30, "every broker registered")
         return self

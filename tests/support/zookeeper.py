@@ -36,7 +36,18 @@ class ZooKeeperServer:
     def url(self, chroot: str) -> str:
         return f"zk://{self.hosts}/{chroot.strip('/')}"
 
-    def start(self, timeout: float = 30.0) -> ZooKeeperServer:
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> ZooKeeperServer:
+        """Start it; an exit at startup (its free port taken meanwhile) is retried on a new port."""
+        for attempt in range(attempts):
+            try:
+                return self._start(timeout)
+            except RuntimeError:
+                if attempt == attempts - 1:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> ZooKeeperServer:
         data = self.root / "zk-data"
         data.mkdir(parents=True, exist_ok=True)
         cfg = self.root / "zoo.cfg"

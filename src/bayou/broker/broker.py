@@ -551,20 +551,13 @@ class Broker:
         else:
             info = part.log.append(batch, verify_crc=False, stamp=stamp, at_offset=at_offset,
                                    leader_epoch=self._epoch(part))
-        if part.cluster is not None:
-            part.cluster.advance_hw(part.log.next_offset)
-        end = info.last_offset + 1
-        if part.log.config.fsync.mode == "always":
-            await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)
-        part.notify()
-        if acks == Acks.ALL:
-            await self._await_replication(part, info.last_offset)
-        return ProduceResult(partition, info.base_offset, info.last_offset, part.high_watermark,
-                             part.log.log_start_offset)
+        return await self._acknowledge(part, info, acks)
 
     async def _acknowledge(self, part: Partition, info: AppendInfo, acks: Acks) -> ProduceResult:
-        """What ``produce`` does after its append (inlined there, the hot path): wait for what
-        ``acks`` and the fsync policy promise, wake long-polls, report."""
+        """After an append: move a cluster leader's high watermark, wait for what ``acks`` and
+        the fsync policy promise, wake long-polls, report."""
+        if part.cluster is not None:
+            part.cluster.advance_hw(part.log.next_offset)
         end = info.last_offset + 1
         if part.log.config.fsync.mode == "always":
             await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)
@@ -611,8 +604,6 @@ class Broker:
                 await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)
             return ProduceResult(partition, end, end - 1, part.high_watermark, part.log.log_start_offset)
         info = part.log.append(build(keep), leader_epoch=self._epoch(part))
-        if part.cluster is not None:
-            part.cluster.advance_hw(part.log.next_offset)
         table.commit(staged)
         return await self._acknowledge(part, info, acks)
 

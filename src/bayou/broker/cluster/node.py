@@ -585,37 +585,41 @@ class ClusterNode:
 
     @staticmethod
     def _truncate(part: Partition, rs: ReplicaSet, offset: int) -> None:
-        assert part.epochs is not None
-        with part.replica_lock:
-            if part.cluster is not rs or rs.is_leader:
-                return  # the state moved on while this waited for a worker thread
-            part.log.truncate_to(offset)
-            part.epochs.truncate_from(offset)
-            rs.hw = min(rs.hw, part.log.next_offset)
-            part.reset_dedup()
+        """Cut the follower's log at ``offset`` (what diverged from the leader)."""
+        ClusterNode._fenced(part, rs, lambda: ClusterNode._cut(part, rs, offset, restart=False))
 
     @staticmethod
     def _restart_at(part: Partition, rs: ReplicaSet, start: int) -> None:
-        assert part.epochs is not None
-        with part.replica_lock:
-            if part.cluster is not rs or rs.is_leader:
-                return
-            part.log.purge(start)
-            part.epochs.truncate_from(0)
-            rs.hw = min(rs.hw, part.log.next_offset)
-            part.reset_dedup()
+        """Empty the follower's log and start it at ``start`` (the leader's log start)."""
+        ClusterNode._fenced(part, rs, lambda: ClusterNode._cut(part, rs, start, restart=True))
 
     @staticmethod
     def _append_copied(part: Partition, rs: ReplicaSet, data: bytes) -> None:
-        """Append the leader's batches at their own offsets (skipping any we already hold)."""
-        assert part.epochs is not None
+        ClusterNode._fenced(part, rs, lambda: ClusterNode._copy(part, data))
+
+    @staticmethod
+    def _fenced(part: Partition, rs: ReplicaSet, change: Callable[[], None]) -> None:
+        """Run a follower's change to its log (in a worker thread) only if the partition is still
+        in the state ``rs`` that asked for it: the state may have moved on while it waited."""
         with part.replica_lock:
-            if part.cluster is not rs or rs.is_leader:
-                return
-            ClusterNode._copy(part, data)
+            if part.cluster is rs and not rs.is_leader:
+                change()
+
+    @staticmethod
+    def _cut(part: Partition, rs: ReplicaSet, offset: int, *, restart: bool) -> None:
+        assert part.epochs is not None
+        if restart:
+            part.log.purge(offset)
+            part.epochs.truncate_from(0)
+        else:
+            part.log.truncate_to(offset)
+            part.epochs.truncate_from(offset)
+        rs.hw = min(rs.hw, part.log.next_offset)
+        part.reset_dedup()
 
     @staticmethod
     def _copy(part: Partition, data: bytes) -> None:
+        """Append the leader's batches at their own offsets (skipping any we already hold)."""
         assert part.epochs is not None
         for pos, h in iter_batches(data):
             if h.next_offset <= part.log.next_offset:
