@@ -199,14 +199,16 @@ def test_committed_offsets_survive_the_loss_of_the_broker_they_were_committed_on
         cluster.wait(lambda port=port: v1(port, f"V1|4|OFFSET|readers {topic} 0") == "V1|4|OK|offset=17"
                      and v1(port, f"V1|5|OFFSET|readers {topic} 1") == "V1|5|OK|offset=4",
                      10, f"broker {b} to know the committed offsets")
-    # and a broker restarted from its own data takes the cluster's newer commits
+    # and a broker restarted from its own data takes the cluster's newer commits (c2 joins the
+    # same group as c1, kept in ZooKeeper, so it gets partition 1)
     port2 = cluster.brokers[2].port
     join = v1(port2, f"V1|6|JOIN|readers {topic} c2")
+    assert join.endswith("assigned=[1]"), join
     gen2 = re.search(r"generation=(\d+)", join)
     assert gen2 is not None, join
-    assert "|OK|" in v1(port2, f"V1|7|COMMIT|readers {topic} c2 {gen2.group(1)} 0 30")
+    assert "|OK|" in v1(port2, f"V1|7|COMMIT|readers {topic} c2 {gen2.group(1)} 1 30")
     cluster.brokers[1].start(timeout=60)
-    cluster.wait(lambda: v1(b1, f"V1|8|OFFSET|readers {topic} 0") == "V1|8|OK|offset=30", 15,
+    cluster.wait(lambda: v1(b1, f"V1|8|OFFSET|readers {topic} 1") == "V1|8|OK|offset=30", 15,
                  "the restarted broker to take the newer commit")
 
 

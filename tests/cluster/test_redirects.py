@@ -224,3 +224,53 @@ def test_cursus_group_coordinator_and_its_failover(cluster: Cluster) -> None:
     assert cursus_cmd(nport, f"JOIN_GROUP topic={topic} group={group} member=m").startswith("OK")
     cluster.wait(lambda: cursus_cmd(nport, f"FETCH_OFFSET topic={topic} group={group} partition=0")
                  == "OK offset=42", 10, "the committed offset at the new coordinator")
+
+
+def test_brokers_without_a_replica_send_consumers_to_the_leader(cluster: Cluster) -> None:
+    """A partition with one replica: every other broker holds nothing of it, so a read there gets
+    each protocol's redirect (not an empty answer), and the records are read at the leader."""
+    from bayou.protocols.iggy import messages as im
+    from support.iggy import legacy_login
+
+    topic = "single"
+    assert "|OK|" in v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 1 1")
+    cluster.wait(lambda: cluster.leader(topic, 0) > 0, 30, "a leader")
+    leader = cluster.leader(topic, 0)
+    lp = cluster.brokers[leader]
+    assert v1(lp.port, f"V1|2|PRODUCE|{topic} k:v acks=1").startswith("V1|2|OK|")
+    for other in (b for b in cluster.brokers if b != leader):
+        op = cluster.brokers[other]
+        assert v1(op.port, f"V1|3|CONSUME|{topic} 0 0") == \
+            "V1|3|ERR|NOT_LEADER|partition leader unavailable on this broker"
+        assert cursus_cmd(op.cursus_port, f"CONSUME topic={topic} partition=0 offset=0 member=x") == \
+            f"ERROR: NOT_LEADER LEADER_IS 127.0.0.1:{lp.cursus_port}"
+
+        async def tank(port: int) -> tm.ConsumePartitionResult:
+            conn = await TankConn.open(port)
+            try:
+                req = tm.Consume(1, (tm.ConsumeTopic(topic, (tm.ConsumePartition(0, 0, 4096),)),))
+                resp = await conn.call(req)
+                assert isinstance(resp, tm.ConsumeResponse)
+                answer = resp.topics[0]
+                assert isinstance(answer, tm.ConsumeTopicResult)
+                return answer.partitions[0]
+            finally:
+                await conn.close()
+
+        redirected = asyncio.run(tank(op.tank_port))
+        assert redirected.flags == 0xFC
+        assert redirected.leader == tm.Endpoint(int(ipaddress.IPv4Address("127.0.0.1")), lp.tank_port)
+
+        async def iggy(port: int) -> int:
+            conn = await legacy_login(port)
+            try:
+                poll = im.PollMessages(im.Consumer(im.ConsumerKind.CONSUMER, im.Identifier("c")),
+                                       im.Identifier("default"), im.Identifier(topic), 0,
+                                       im.PollingStrategy(im.PollingKind.OFFSET, 0), 10, False)
+                return int((await conn.ask(poll)).status)
+            finally:
+                await conn.close()
+
+        assert asyncio.run(iggy(op.iggy_port)) == 58  # TRANSIENT_NOT_ACCEPTED
+    assert v1(lp.port, f"V1|4|CONSUME|{topic} 0 0").startswith("V1|4|OK|")
+    assert asyncio.run(tank(lp.tank_port)).flags == 0

@@ -6,10 +6,10 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bayou.broker.dedup import DEFAULT_MAX_PRODUCERS, DEFAULT_WINDOW, DedupTable, IdRun, rebuild
 from bayou.broker.groups.coordinator import (
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from bayou.broker.cluster.node import ClusterNode
 
 log = logging.getLogger("bayou.broker")
+T = TypeVar("T")
 
 MAX_PARTITIONS = 10_000
 
@@ -170,6 +171,9 @@ class Broker:
         self._admin_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._groups_dirty = False
+        # cluster mode: when each committed offset last changed here (see adopt_offsets)
+        self._offset_clock = 0
+        self._offset_stamps: dict[tuple[str, str, int], int] = {}
         self.closing = False
         self.started = False
         # Cluster mode (broker/cluster/node.py sets it): topics are created and deleted through
@@ -369,12 +373,6 @@ class Broker:
             await self._offsets_file.save()
             log.info("deleted topic %s", name)
 
-    def _single_node_only(self, what: str) -> None:
-        """Operations whose cluster-wide form is still to come: refused in cluster mode rather
-        than applied to one replica only (which would make the replicas diverge)."""
-        if self.cluster is not None:
-            raise InvalidRequest(f"{what} is not available in cluster mode yet")
-
     @staticmethod
     def _close_logs(topic: Topic) -> None:
         Broker._close_partitions(topic.partitions)
@@ -384,18 +382,29 @@ class Broker:
         for part in parts:
             part.log.close()
 
-    async def add_partitions(self, name: str, total: int) -> Topic:
-        self._single_node_only("changing the partitions or records of a replicated topic")
+    async def add_partitions(self, name: str, total: int, *, from_cluster: bool = False) -> Topic:
+        """Grow a topic to ``total`` partitions (cluster mode: in ZooKeeper, which every broker
+        then follows)."""
+        topic = self.topic(name)
+        if total <= len(topic.partitions) or total > MAX_PARTITIONS:
+            raise InvalidPartitions(
+                f"topic {name} has {len(topic.partitions)} partitions; the new count must be larger")
+        if self.cluster is not None and not from_cluster:
+            return await self.cluster.add_partitions(name, total)
         async with self._admin_lock:
             topic = self.topic(name)
             have = len(topic.partitions)
-            if total <= have or total > MAX_PARTITIONS:
+            if total <= have:  # another change got there first
+                if from_cluster:
+                    return topic
                 raise InvalidPartitions(f"topic {name} has {have} partitions; the new count must be larger")
             loop = asyncio.get_running_loop()
 
             def _add() -> list[Partition]:
                 new = [Partition(name, p, self.store.open_log(name, p, topic.log_config), self.config)
                        for p in range(have, total)]
+                for part in new:
+                    part.in_cluster = self.cluster is not None
                 topic.meta.partitions = total
                 self.store.write_topic(topic.meta)
                 return new
@@ -404,14 +413,20 @@ class Broker:
             self.metadata.add_topic(name, total, self._topic_rf(topic.meta))
             return topic
 
-    async def remove_partitions(self, name: str, count: int) -> Topic:
-        self._single_node_only("changing the partitions or records of a replicated topic")
+    async def remove_partitions(self, name: str, count: int, *, from_cluster: bool = False) -> Topic:
         """Remove the last ``count`` partitions (Iggy DELETE_PARTITIONS); at least one must stay.
 
         Their data, committed offsets and group assignments go; long-polls on them end with
         UnknownPartition. The new count is written before the directories go, so a crash in
-        between leaves directories that the next start removes.
+        between leaves directories that the next start removes. Cluster mode: in ZooKeeper,
+        which every broker then follows.
         """
+        have = len(self.topic(name).partitions)
+        if not 1 <= count < have:
+            raise InvalidPartitions(
+                f"topic {name} has {have} partitions: can remove 1 to {have - 1}, not {count}")
+        if self.cluster is not None and not from_cluster:
+            return await self.cluster.remove_partitions(name, have - count)
         async with self._admin_lock:
             topic = self.topic(name)
             have = len(topic.partitions)
@@ -451,15 +466,19 @@ class Broker:
             return topic
 
     async def purge_topic(self, name: str) -> None:
-        self._single_node_only("changing the partitions or records of a replicated topic")
         """Delete every record of every partition; offsets are not reused (Iggy PURGE_TOPIC).
 
         Each log then starts at its old end. Committed offsets stay: they now lie below the log
         start, so a consumer that resumes from one gets OffsetOutOfRange, as after retention.
+        Cluster mode: done by the broker leading every partition (NotLeader elsewhere); the
+        followers take the new log start from their next fetch.
         """
         async with self._admin_lock:
             topic = self.topic(name)
             parts = list(topic.partitions)
+            if self.cluster is not None:
+                for part in parts:
+                    self._check_leader(part)
 
             def _purge() -> None:
                 for part in parts:
@@ -474,13 +493,15 @@ class Broker:
             log.info("purged topic %s", name)
 
     async def delete_segments(self, topic: str, partition: int, count: int) -> int:
-        self._single_node_only("changing the partitions or records of a replicated topic")
         """Delete up to ``count`` of a partition's oldest segments, never the active one (Iggy
-        DELETE_SEGMENTS). Returns how many went; the log start moves up past them."""
+        DELETE_SEGMENTS). Returns how many went; the log start moves up past them. Cluster mode:
+        on the leader, whose followers then drop their segments below its new log start."""
         if count < 0:
             raise InvalidRequest(f"segment count must not be negative, not {count}")
         async with self._admin_lock:
             part = self.partition(topic, partition)
+            if self.cluster is not None:
+                self._check_leader(part)
             return await asyncio.get_running_loop().run_in_executor(
                 self._io, part.log.delete_oldest_segments, count)
 
@@ -673,6 +694,8 @@ class Broker:
         nothing (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches).
         """
         part = self.partition(topic, partition)
+        if not upto_log_end:
+            self._check_replica(part)
         if offset < 0:
             raise OffsetOutOfRange(f"negative offset {offset}")
         deadline = time.monotonic() + max_wait_ms / 1000
@@ -692,6 +715,16 @@ class Broker:
                 return FetchResult(b"", 0, offset, hw, start, part.log.next_offset)
             await part.wait_for_data(left)
             self._check_serving(part)
+
+    def check_readable(self, topic: str, partition: int) -> None:
+        """Raise NotLeader (naming the leader) when this broker holds no replica of the partition
+        (cluster mode): consumers are sent where the records are instead of reading nothing."""
+        self._check_replica(self.partition(topic, partition))
+
+    def _check_replica(self, part: Partition) -> None:
+        rs = part.cluster
+        if rs is not None and rs.me not in rs.replicas and not rs.is_leader:
+            raise NotLeader(leader=self.cluster.leader_of(part) if self.cluster else None)
 
     def _check_serving(self, part: Partition) -> None:
         """Raise if ``part`` was deleted (with its topic, or by remove_partitions) meanwhile."""
@@ -716,12 +749,14 @@ class Broker:
         one segment file, for zero-copy serving; None when nothing is visible yet. An offset below
         the log start raises OffsetOutOfRange."""
         part = self.partition(topic, partition)
+        self._check_replica(part)
         return await asyncio.get_running_loop().run_in_executor(
             self._io, lambda: part.log.locate(offset, max_bytes, max_offset=part.high_watermark,
                                               payload_only=payload_only))
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
         part = self.partition(topic, partition)
+        self._check_replica(part)
         return await asyncio.get_running_loop().run_in_executor(
             self._io, part.log.offset_for_timestamp, timestamp)
 
@@ -797,8 +832,44 @@ class Broker:
 
     # -- consumer groups and offsets -----------------------------------------------------------
 
+    def _shared_group(self, group: str, policy: GroupPolicy | None = None) -> bool:
+        """Cluster mode keeps V1 groups in ZooKeeper, so members on different brokers form one
+        group and it survives any broker (V1 has no coordinator to find). Cursus groups have a
+        coordinator broker, Iggy members are connections: both stay in this broker's memory."""
+        if self.cluster is None:
+            return False
+        if policy is not None:
+            return policy is RTES_POLICY
+        g = self.groups.groups.get(group)
+        return g is None or g.policy is RTES_POLICY
+
+    async def _in_cluster(self, group: str, op: Callable[[], T]) -> T:
+        """Run a group operation on the state ZooKeeper holds: read it, apply ``op``, write the
+        result back with a compare-and-set (again from the newer state when another broker wrote
+        first). State changes made before an error (an expiry sweep) are written too."""
+        assert self.cluster is not None
+        while True:
+            data, version = await self.cluster.group_state(group)
+            self.groups.replace_group(group, data)
+            error: Exception | None = None
+            try:
+                result = op()
+            except Exception as exc:  # a group error: raised once the state is written
+                error = exc
+            new = self.groups.group_json(group)
+            if new != data:
+                if not await self.cluster.set_group_state(group, new, version):
+                    continue
+                self._groups_dirty = True
+            if error is not None:
+                raise error
+            return result
+
     async def join_group(self, group: str, topic: str, member: str, assignor: str | None = None,
                          policy: GroupPolicy = RTES_POLICY) -> GroupView:
+        if self._shared_group(group, policy):
+            return await self._in_cluster(
+                group, lambda: self.groups.join(group, topic, member, assignor, policy))
         view = self.groups.join(group, topic, member, assignor, policy)
         await self._groups_file.save()
         return view
@@ -822,6 +893,9 @@ class Broker:
                 await self._groups_file.save()
 
     async def sync_group(self, group: str, topic: str, member: str, generation: int) -> GroupView:
+        if self._shared_group(group):
+            return await self._in_cluster(
+                group, lambda: self.groups.sync(group, topic, member, generation))
         before = self._generation(group)
         try:
             view = self.groups.sync(group, topic, member, generation)
@@ -833,6 +907,9 @@ class Broker:
         return view
 
     async def heartbeat(self, group: str, topic: str, member: str, generation: int) -> None:
+        if self._shared_group(group):
+            return await self._in_cluster(
+                group, lambda: self.groups.heartbeat(group, topic, member, generation))
         before = self._generation(group)
         try:
             self.groups.heartbeat(group, topic, member, generation)
@@ -842,6 +919,9 @@ class Broker:
         self._groups_dirty = True
 
     async def leave_group(self, group: str, topic: str, member: str, generation: int | None) -> None:
+        if self._shared_group(group):
+            return await self._in_cluster(
+                group, lambda: self.groups.leave(group, topic, member, generation))
         try:
             self.groups.leave(group, topic, member, generation)
         finally:
@@ -853,44 +933,69 @@ class Broker:
         if offset < 0:
             raise OffsetOutOfRange("invalid offset")
         if member is not None and generation is not None:
-            before = self._generation(group)
-            try:
-                self.groups.check_commit(group, topic, member, generation, partition)
-            finally:
-                if self._generation(group) != before:
-                    await self._groups_file.save()
+            await self._check_commit(group, topic, member, generation, (partition,))
         if self.cluster is not None:  # the cluster's copy first: an adoption never reverts this
             self.groups.check_offsets(group, topic, {partition: offset})
+            self._offset_written((group, topic, partition))
             await self.cluster.publish_offsets(group, topic, {partition: offset})
         self.groups.store_offset(group, topic, partition, offset)
         await self._offsets_file.save()
+
+    async def _check_commit(self, group: str, topic: str, member: str, generation: int,
+                            partitions: Iterable[int]) -> None:
+        """A member's commit is valid: group, expiry, generation, membership, ownership."""
+        def check() -> None:
+            for p in partitions:
+                self.groups.check_commit(group, topic, member, generation, p)
+
+        if self._shared_group(group):
+            await self._in_cluster(group, check)
+            return
+        before = self._generation(group)
+        try:
+            check()
+        finally:
+            if self._generation(group) != before:
+                await self._groups_file.save()
+
+    def _offset_written(self, key: tuple[str, str, int]) -> None:
+        """Cluster mode: ``key`` changes locally now (an adoption read earlier must not undo it)."""
+        self._offset_clock += 1
+        self._offset_stamps[key] = self._offset_clock
+
+    def offsets_mark(self) -> int:
+        return self._offset_clock
 
     async def commit_offsets(self, group: str, topic: str, entries: dict[int, int], *,
                              member: str, generation: int) -> None:
         """Commit several partitions at once, all or nothing, each checked for ownership."""
         if any(off < 0 for off in entries.values()):
             raise OffsetOutOfRange("invalid offset")
-        before = self._generation(group)
-        try:
-            for p in entries:
-                self.groups.check_commit(group, topic, member, generation, p)
-        finally:
-            if self._generation(group) != before:
-                await self._groups_file.save()
+        await self._check_commit(group, topic, member, generation, entries)
         self.groups.check_offsets(group, topic, entries)
         if self.cluster is not None:  # the cluster's copy first: an adoption never reverts this
+            for p in entries:
+                self._offset_written((group, topic, p))
             await self.cluster.publish_offsets(group, topic, dict(entries))
         for p, off in entries.items():
             self.groups.store_offset(group, topic, p, off)
         await self._offsets_file.save()
 
-    def adopt_offsets(self, offsets: dict[tuple[str, str, int], int]) -> bool:
-        """Cluster mode: take committed offsets from the cluster's copy; whether any changed."""
+    def adopt_offsets(self, offsets: dict[tuple[str, str, int], int], *, since: int) -> bool:
+        """Cluster mode: make the committed offsets those of the cluster's copy (read after
+        ``offsets_mark()`` returned ``since``), except the ones changed here since; whether any
+        changed."""
         changed = False
+        fresh = {k for k, stamp in self._offset_stamps.items() if stamp > since}
         for key, off in offsets.items():
-            if self.groups.offsets.get(key) != off:
+            if key not in fresh and self.groups.offsets.get(key) != off:
                 self.groups.offsets[key] = off
                 changed = True
+        for key in [k for k in self.groups.offsets if k not in offsets and k not in fresh]:
+            del self.groups.offsets[key]
+            changed = True
+        for key in [k for k, stamp in self._offset_stamps.items() if stamp <= since]:
+            del self._offset_stamps[key]
         return changed
 
     async def save_offsets(self) -> None:
@@ -902,16 +1007,23 @@ class Broker:
 
     async def delete_group(self, group: str) -> None:
         """Remove a group and its committed offsets (a missing group is not an error)."""
+        if self.cluster is not None:
+            for key in [k for k in self.groups.offsets if k[0] == group]:
+                self._offset_written(key)
+            await self.cluster.forget_group(group)
         if self.groups.delete_group(group):
             await self._groups_file.save()
             await self._offsets_file.save()
 
     async def delete_committed_offset(self, group: str, topic: str, partition: int) -> bool:
+        if self.groups.committed(group, topic, partition) is None:
+            return False
+        if self.cluster is not None:  # the cluster's copy first, as for commits
+            self._offset_written((group, topic, partition))
+            await self.cluster.forget_offset(group, topic, partition)
         if not self.groups.delete_offset(group, topic, partition):
             return False
         await self._offsets_file.save()
-        if self.cluster is not None:
-            await self.cluster.forget_offset(group, topic, partition)
         return True
 
     async def flush_partition(self, topic: str, partition: int) -> None:

@@ -1056,6 +1056,7 @@ class IggyService:
         if p is None:
             pid = m.RESYNC_PARTITION if dialect is Dialect.VSR and req.partition_id is not None else 0
             return POLL_PREFIX.pack(pid, 0, 0)
+        self.broker.check_readable(topic.topic, p)  # cluster mode: no replica here, no answer here
         part = self.broker.partition(topic.topic, p)
         hw = part.high_watermark
         start_of_log = part.log.log_start_offset

@@ -155,6 +155,8 @@ class RtesService:
                        upto_log_end: bool = False) -> tuple[list[tuple[int, bytes]], int]:
         """Records from ``offset`` (clamped to the log start), at most ``limit``; and the inclusive hw."""
         part = self.broker.partition(topic, partition)
+        if not upto_log_end:
+            self.broker.check_readable(topic, partition)
         hw = part.high_watermark
         end = part.log.next_offset if upto_log_end else hw
         offset = max(offset, part.log.log_start_offset)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import math
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bayou.broker import Broker
-from bayou.errors import BayouError, InvalidTopicName, TopicAlreadyExists
+from bayou.errors import BayouError, InvalidTopicName, NotLeader, TopicAlreadyExists
 from bayou.protocols.tank import codec
 from bayou.protocols.tank import messages as m
 from bayou.protocols.tank.codes import ConsumeFlag, CreateTopicError, ProduceError, ReloadConfError, TankError
@@ -136,6 +137,15 @@ class TankService:
         """(entry, chunk, at end of partition) for one requested partition (§5.4)."""
         if not 0 <= p.partition < self.broker.partition_count(topic):
             return m.ConsumePartitionResult(p.partition, ConsumeFlag.UNKNOWN_PARTITION), None, False
+        try:
+            self.broker.check_readable(topic, p.partition)
+        except NotLeader as exc:  # cluster mode: no replica here; TANK's clients retry at the leader
+            addr = exc.leader_address("tank")
+            if addr is None:
+                return m.ConsumePartitionResult(p.partition, ConsumeFlag.NO_LEADER), None, False
+            return (m.ConsumePartitionResult(p.partition, ConsumeFlag.OTHER_LEADER,
+                                             leader=m.Endpoint(int(ipaddress.IPv4Address(addr[0])), addr[1])),
+                    None, False)
         last = last_assigned(self.broker, topic, p.partition)
         first = await first_available(self.broker, topic, p.partition)
         seq = p.seq

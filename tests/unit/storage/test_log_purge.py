@@ -171,3 +171,17 @@ def test_delete_oldest_segments_survives_reopen(tmp_path: Path) -> None:
         assert (lg.log_start_offset, lg.next_offset) == (start, end)
     finally:
         lg.close()
+
+
+def test_delete_segments_below_keeps_the_segment_holding_the_offset(log: PartitionLog) -> None:
+    """A follower taking its leader's log start: only segments whose records all lie below the
+    offset go, never the active one."""
+    fill(log, 20)
+    bases = list(log._bases)
+    assert len(bases) >= 4
+    assert log.delete_segments_below(bases[0]) == 0
+    assert log.delete_segments_below(bases[1] - 1) == 0  # inside the first segment: it stays
+    assert log.delete_segments_below(bases[2] + 1) == 2
+    assert log.log_start_offset == bases[2]
+    assert log.delete_segments_below(log.next_offset + 100) == len(bases) - 3
+    assert log.segments == [log.active] and log.log_start_offset == bases[-1]

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 import random
 import time
@@ -47,6 +49,7 @@ from bayou.broker.cluster.zk import Snapshot, ZkCluster
 from bayou.broker.partition import FOLLOWER, LEADER, Partition
 from bayou.errors import (
     InvalidConfig,
+    InvalidPartitions,
     OffsetOutOfRange,
     TopicAlreadyExists,
     UnknownPartition,
@@ -56,12 +59,14 @@ from bayou.protocols.replica.codec import Fetch, FetchError, FetchReply, Replica
 from bayou.records.batch import iter_batches
 from bayou.records.hashing import fnv1a_32
 from bayou.storage.epochs import LeaderEpochCache
+from bayou.storage.fsutil import atomic_write
 
 log = logging.getLogger("bayou.cluster")
 
 T = TypeVar("T")
 REPLICATION = "replication"  # the endpoint name of the replication listener
 TOPIC_ID = "cluster.topic.id"  # topic config: which incarnation of a topic (a fresh uuid per creation)
+CLUSTER_FILE = "cluster.json"  # in the data directory: the cluster it joined
 FETCH_MAX_BYTES = 8 << 20
 FETCH_MAX_WAIT_MS = 500
 
@@ -98,9 +103,27 @@ class ClusterNode:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        await self._run(self.zk.start)
+        await self._run(self.zk.start, 30.0, self._accept_cluster)
         self._task = self._loop.create_task(self._reconcile_loop(), name="cluster-reconcile")
         await asyncio.wait_for(self._synced.wait(), 60)
+
+    def _accept_cluster(self, cluster_id: str) -> None:
+        """Kafka's meta.properties check: a data directory that has joined a cluster joins only
+        that cluster again. A broker pointed at another ZooKeeper or chroot would otherwise take
+        the (empty) state there as the truth and drop its copies of the topics."""
+        path = self.broker.config.data_dir / CLUSTER_FILE
+        try:
+            known = str(json.loads(path.read_bytes())["cluster_id"])
+        except FileNotFoundError:
+            atomic_write(path, json.dumps({"cluster_id": cluster_id, "broker_id": self.me}).encode() + b"\n")
+            return
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidConfig(f"cannot read {path}: {exc}") from None
+        if known != cluster_id:
+            raise InvalidConfig(
+                f"the data directory {self.broker.config.data_dir} belongs to cluster {known}, but "
+                f"ZooKeeper at {self.url} holds cluster {cluster_id}: wrong --cluster address or chroot? "
+                f"(remove {path} only to make this data directory join that cluster)")
 
     async def stop(self) -> None:
         self._stopping = True
@@ -187,11 +210,39 @@ class ClusterNode:
             log.info("created topic %s in the cluster: %s", name, replicas)
         return await self._await_local(name)
 
-    async def _await_local(self, name: str, timeout: float = 15.0) -> Topic:
+    async def add_partitions(self, name: str, total: int) -> Topic:
+        """Grow a topic in the cluster (new partitions spread over the live brokers); returns once
+        this broker has opened them and knows their state."""
+        try:
+            new = await self._run(self.zk.add_partitions, name, total,
+                                  random.randrange(max(1, len(self.live_brokers()))))
+        except LookupError:
+            raise UnknownTopic(f"unknown topic {name}") from None
+        except ValueError as exc:
+            raise InvalidPartitions(str(exc)) from None
+        log.info("added partitions to topic %s in the cluster: %s", name, new)
+        return await self._await_local(name, partitions=total)
+
+    async def remove_partitions(self, name: str, keep: int) -> Topic:
+        """Shrink a topic in the cluster to its first ``keep`` partitions; returns once this broker
+        has removed the others."""
+        try:
+            await self._run(self.zk.remove_partitions, name, keep)
+        except LookupError:
+            raise UnknownTopic(f"unknown topic {name}") from None
+        except ValueError as exc:
+            raise InvalidPartitions(str(exc)) from None
+        log.info("removed partitions %d and beyond of topic %s in the cluster", keep, name)
+        return await self._await_local(name, partitions=keep, exact=True)
+
+    async def _await_local(self, name: str, timeout: float = 15.0, partitions: int = 0,
+                           exact: bool = False) -> Topic:
         deadline = time.monotonic() + timeout
         while True:
             topic = self.broker.topics.get(name)
-            if topic is not None and all(p.cluster is not None for p in topic.partitions):
+            if (topic is not None and len(topic.partitions) >= partitions
+                    and (not exact or len(topic.partitions) == partitions)
+                    and all(p.cluster is not None for p in topic.partitions)):
                 return topic
             if time.monotonic() > deadline:
                 raise UnknownTopic(f"topic {name} did not reach this broker in {timeout:.0f} s")
@@ -264,10 +315,22 @@ class ClusterNode:
     async def forget_offset(self, group: str, topic: str, partition: int) -> None:
         await self._run(self.zk.delete_offset, group, topic, partition)
 
+    async def forget_group(self, group: str) -> None:
+        await self._run(self.zk.delete_group, group)
+
+    async def group_state(self, group: str) -> tuple[bytes, int]:
+        """A V1 group's state as ZooKeeper holds it, and the version to write it back with."""
+        return await self._run(self.zk.group_state, group)
+
+    async def set_group_state(self, group: str, data: bytes, version: int) -> bool:
+        return await self._run(self.zk.set_group_state, group, data, version)
+
     async def _sync_offsets(self) -> None:
-        """Take every group's committed offsets from ZooKeeper (the cluster's copy wins)."""
+        """Take every group's committed offsets from ZooKeeper (the cluster's copy wins, deletions
+        included; a local commit or deletion made while the copy was being read is kept)."""
+        mark = self.broker.offsets_mark()
         remote = await self._run(self.zk.read_offsets)
-        if self.broker.adopt_offsets(remote):
+        if self.broker.adopt_offsets(remote, since=mark):
             await self.broker.save_offsets()
 
     # -- reconciliation ------------------------------------------------------------------------
@@ -340,6 +403,15 @@ class ClusterNode:
                 if local is None:
                     await self.broker.create_topic(name, len(assignment.partitions), assignment.config,
                                                    exist_ok=True, from_cluster=True)
+                elif len(local.partitions) < len(assignment.partitions):
+                    await self.broker.add_partitions(name, len(assignment.partitions), from_cluster=True)
+                elif len(local.partitions) > len(assignment.partitions):
+                    keep = len(assignment.partitions)
+                    for part in local.partitions[keep:]:
+                        self._stop_fetcher((name, part.index))
+                        await self._run(self._detach, part)
+                    await self.broker.remove_partitions(name, len(local.partitions) - keep,
+                                                        from_cluster=True)
             except Exception:
                 log.exception("cannot open topic %s from the cluster state; retrying", name)
         gone = [t for t, topic in self.broker.topics.items() if t not in snap.topics
@@ -562,8 +634,22 @@ class ClusterNode:
                 continue
             if reply.data:
                 await loop.run_in_executor(self.broker._io, self._append_copied, part, rs, reply.data)
+            if reply.log_start_offset > part.log.log_start_offset:
+                # the leader's log start moved (retention, purge, deleted segments): follow it
+                if reply.log_start_offset >= part.log.next_offset:
+                    await loop.run_in_executor(self.broker._io, self._restart_at, part, rs,
+                                               reply.log_start_offset)
+                else:
+                    await loop.run_in_executor(self.broker._io, self._fenced, part, rs,
+                                               functools.partial(self._drop_below, part,
+                                                                 reply.log_start_offset))
             rs.hw = max(rs.hw, min(reply.high_watermark, part.log.next_offset))
             part.notify()
+
+    @staticmethod
+    def _drop_below(part: Partition, offset: int) -> None:
+        if part.log.delete_segments_below(offset):
+            part.reset_dedup()
 
     @staticmethod
     def _detach(part: Partition) -> None:

@@ -3,10 +3,12 @@ assignment and leader election. Pure functions; ``zk.py`` does the I/O.
 
 Layout under the cluster's chroot (``zk://host:port/chroot``), as Kafka kept it before KRaft:
 
+    /cluster/id                            the cluster's id (a uuid, set by the first broker)
     /brokers/ids/<id>                      ephemeral: {"host", "endpoints": {protocol: port}}
     /controller                            ephemeral: {"broker_id"}
     /topics/<topic>                        {"partitions": {"0": [replica ids]}, "config": {...}}
     /topics/<topic>/partitions/<p>/state   {"leader", "leader_epoch", "isr": [...]}
+    /groups/<group>                        V1 groups: the group's state (groups.json's entry)
     /groups/<group>/<topic>                {"partition": committed offset}
 
 The controller (whoever holds /controller) moves leadership when a leader's broker goes away and
@@ -21,11 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+CLUSTER_ID = "/cluster/id"
 BROKERS = "/brokers/ids"
 CONTROLLER = "/controller"
 TOPICS = "/topics"
 GROUPS = "/groups"
 NO_LEADER = -1
+
+
+def group_path(group: str) -> str:
+    return f"{GROUPS}/{quote(group, safe='')}"
 
 
 def offsets_path(group: str, topic: str) -> str:

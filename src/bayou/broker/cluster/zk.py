@@ -12,9 +12,10 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -22,13 +23,17 @@ from kazoo.protocol.states import ZnodeStat
 
 from bayou.broker.cluster.state import (
     BROKERS,
+    CLUSTER_ID,
     CONTROLLER,
     GROUPS,
     TOPICS,
     BrokerRegistration,
     PartitionState,
     TopicAssignment,
+    assign_replicas,
     broker_path,
+    group_path,
+    initial_state,
     offsets_path,
     state_path,
     topic_path,
@@ -74,7 +79,9 @@ class ZkCluster:
 
     # -- connection and registration -------------------------------------------------------
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 30.0, accept: Callable[[str], None] | None = None) -> None:
+        """Connect and register; ``accept`` sees the cluster's id first and may refuse it (raise),
+        before this broker is visible to the others."""
         root = KazooClient(hosts=self._hosts, timeout=10.0)
         root.start(timeout=timeout)
         try:
@@ -86,6 +93,13 @@ class ZkCluster:
         self.zk.start(timeout=timeout)
         for path in (BROKERS, TOPICS, GROUPS):
             self.zk.ensure_path(path)
+        if accept is not None:
+            try:
+                accept(self.cluster_id())
+            except BaseException:
+                self.zk.stop()
+                self.zk.close()
+                raise
         self.register(timeout)
         self.zk.ChildrenWatch(BROKERS, self._children_changed)
         self.zk.ChildrenWatch(TOPICS, self._children_changed)
@@ -133,6 +147,13 @@ class ZkCluster:
                 time.sleep(0.25)
         self.session_lost.clear()
         log.info("registered broker %d in ZooKeeper", self.broker_id)
+
+    def cluster_id(self) -> str:
+        """The cluster's id, created by the first broker to ask (Kafka's /cluster/id)."""
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(CLUSTER_ID, json.dumps({"id": str(uuid.uuid4())}).encode(), makepath=True)
+        data, _stat = self.zk.get(CLUSTER_ID)
+        return str(json.loads(data)["id"])
 
     def is_registered(self) -> bool:
         try:
@@ -188,6 +209,7 @@ class ZkCluster:
                 continue
             if not data:
                 continue  # being created: the assignment is written with the node
+            self._watch(topic_path(name))  # partitions added or removed
             assignment = TopicAssignment.from_json(data)
             topics[name] = assignment
             for p in assignment.partitions:
@@ -225,9 +247,117 @@ class ZkCluster:
             if isinstance(r, Exception):
                 raise r
 
+    def add_partitions(self, name: str, total: int, start: int) -> dict[int, list[int]]:
+        """Grow a topic to ``total`` partitions: the new ones assigned over the live brokers with
+        the topic's replication factor, the topic node (compare-and-set) and their first states in
+        one transaction. Returns the new partitions' replicas; raises LookupError for an unknown
+        topic, ValueError for a count that does not grow it or too few live brokers."""
+        path = topic_path(name)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                raise LookupError(name) from None
+            assignment = TopicAssignment.from_json(data)
+            have = len(assignment.partitions)
+            if total <= have:
+                raise ValueError(f"topic {name} has {have} partitions; the new count must be larger")
+            live = sorted(int(b) for b in self.zk.get_children(BROKERS))
+            rf = int(assignment.config.get("replication.factor") or assignment.replication_factor)
+            new = assign_replicas(live, total - have, rf, first_partition=have, start=start)
+            grown = TopicAssignment({**assignment.partitions, **new}, assignment.config)
+            tx = self.zk.transaction()
+            tx.set_data(path, grown.to_json(), version=stat.version)
+            for p in sorted(new):
+                tx.create(f"{path}/partitions/{p}")
+                tx.create(state_path(name, p), initial_state(new[p], set(live)).to_json())
+            results = tx.commit()
+            if any(isinstance(r, (BadVersionError, NodeExistsError, NoNodeError)) for r in results):
+                continue  # changed meanwhile: read it again
+            for r in results:
+                if isinstance(r, Exception):
+                    raise r
+            return new
+
+    def remove_partitions(self, name: str, keep: int) -> None:
+        """Shrink a topic to its first ``keep`` partitions: the topic node (compare-and-set) and
+        the removed partitions' state nodes in one transaction, then every group's committed
+        offsets on them. Raises LookupError for an unknown topic, ValueError for a bad count."""
+        path = topic_path(name)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                raise LookupError(name) from None
+            assignment = TopicAssignment.from_json(data)
+            have = len(assignment.partitions)
+            if not 1 <= keep < have:
+                raise ValueError(f"topic {name} has {have} partitions: can remove 1 to {have - 1}")
+            shrunk = TopicAssignment({p: r for p, r in assignment.partitions.items() if p < keep},
+                                     assignment.config)
+            tx = self.zk.transaction()
+            tx.set_data(path, shrunk.to_json(), version=stat.version)
+            for p in range(keep, have):
+                tx.delete(state_path(name, p))
+                tx.delete(f"{path}/partitions/{p}")
+            results = tx.commit()
+            if any(isinstance(r, (BadVersionError, NoNodeError)) for r in results):
+                continue  # changed meanwhile: read it again
+            for r in results:
+                if isinstance(r, Exception):
+                    raise r
+            break
+        for g in self.zk.get_children(GROUPS):
+            self._drop_offsets(f"{GROUPS}/{g}/{quote(name, safe='')}", lambda p: p >= keep)
+
+    def _drop_offsets(self, path: str, drop: Callable[[int], bool]) -> None:
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                return
+            doc = json.loads(data) if data else {}
+            kept = {p: o for p, o in doc.items() if not drop(int(p))}
+            if kept == doc:
+                return
+            try:
+                self.zk.set(path, json.dumps(kept).encode(), version=stat.version)
+                return
+            except (BadVersionError, NoNodeError):
+                continue
+
     def delete_topic(self, name: str) -> None:
+        """The topic and every group's committed offsets on it (a topic created again under the
+        same name starts without them)."""
         with contextlib.suppress(NoNodeError):
             self.zk.delete(topic_path(name), recursive=True)
+        for g in self.zk.get_children(GROUPS):
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(f"{GROUPS}/{g}/{quote(name, safe='')}")
+
+    def delete_group(self, group: str) -> None:
+        """A group's state and all its committed offsets."""
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(group_path(group), recursive=True)
+
+    def group_state(self, group: str) -> tuple[bytes, int]:
+        """(the group's stored state, empty when none, and the znode version for set_group_state)."""
+        path = group_path(group)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+                return data, stat.version
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    self.zk.create(path, b"", makepath=True)
+
+    def set_group_state(self, group: str, data: bytes, version: int) -> bool:
+        """Compare-and-set of a group's state; False when someone changed (or deleted) it first."""
+        try:
+            self.zk.set(group_path(group), data, version=version)
+            return True
+        except (BadVersionError, NoNodeError):
+            return False
 
     def merge_offsets(self, group: str, topic: str, entries: dict[int, int]) -> None:
         """Set committed offsets of ``group`` on ``topic`` (read, merge, compare-and-set)."""
@@ -251,20 +381,7 @@ class ZkCluster:
                 continue
 
     def delete_offset(self, group: str, topic: str, partition: int) -> None:
-        path = offsets_path(group, topic)
-        while True:
-            try:
-                data, stat = self.zk.get(path)
-            except NoNodeError:
-                return
-            doc = json.loads(data) if data else {}
-            if doc.pop(str(partition), None) is None:
-                return
-            try:
-                self.zk.set(path, json.dumps(doc).encode(), version=stat.version)
-                return
-            except (BadVersionError, NoNodeError):
-                continue
+        self._drop_offsets(offsets_path(group, topic), lambda p: p == partition)
 
     def read_offsets(self) -> dict[tuple[str, str, int], int]:
         """Every group's committed offsets, watching each node for the next change."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -327,9 +327,19 @@ class GroupCoordinator:
 
     # -- persistence (the V1 broker's groups.json / offsets.json shapes) -----------------------
 
-    def groups_json(self) -> bytes:
+    def group_json(self, name: str) -> bytes:
+        """One group's state in groups.json's shape (a one-entry object); empty if there is none."""
+        return self.groups_json((name,)) if name in self.groups else b""
+
+    def replace_group(self, name: str, data: bytes) -> None:
+        """Take one group's state from ``group_json`` bytes (empty: the group does not exist)."""
+        self.groups.pop(name, None)
+        if data:
+            self.load_groups(data)
+
+    def groups_json(self, names: Iterable[str] | None = None) -> bytes:
         out: dict[str, Any] = {}
-        for name in sorted(self.groups):
+        for name in sorted(self.groups if names is None else names):
             g = self.groups[name]
             order = list(g.members)
             out[name] = {

@@ -1,0 +1,198 @@
+"""Consumer groups across a 3-broker cluster: V1 groups live in ZooKeeper, so members talking to
+different brokers form one group, generations and assignments agree everywhere, and the group and
+its committed offsets outlive any one broker (SIGKILL). Deleting a group or a topic removes its
+committed offsets from every broker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+
+import pytest
+from test_redirects import cursus_cmd, cursus_produce
+
+from conftest import Cluster, v1
+from support.brokers import BrokerProcess, free_port
+
+pytestmark = pytest.mark.slow
+
+
+def ok(reply: str) -> str:
+    assert "|OK|" in reply, reply
+    return reply.split("|OK|", 1)[1]
+
+
+def gen_and_parts(payload: str) -> tuple[int, list[int]]:
+    m = re.fullmatch(r"generation=(\d+) assigned=\[([\d ]*)\]", payload)
+    assert m is not None, payload
+    return int(m.group(1)), [int(p) for p in m.group(2).split()]
+
+
+def test_v1_group_spans_brokers_and_survives_one(cluster: Cluster) -> None:
+    topic, group = "orders", "billing"
+    port = {i: b.port for i, b in cluster.brokers.items()}
+    ok(v1(port[1], f"V1|1|ADMIN_CREATE_TOPIC|{topic} 4 3"))
+    cluster.wait(lambda: all(len(cluster.isr(topic, p)) == 3 for p in range(4)), 30, "full ISRs")
+
+    # a on broker 1, b on broker 2: one group, two members, partitions split between them
+    g1, parts_a = gen_and_parts(ok(v1(port[1], f"V1|2|JOIN|{group} {topic} a")))
+    assert (g1, parts_a) == (2, [0, 1, 2, 3])
+    g2, parts_b = gen_and_parts(ok(v1(port[2], f"V1|3|JOIN|{group} {topic} b")))
+    assert g2 == 3 and parts_b == [1, 3]
+    # a's old generation is stale wherever it asks; SYNC on broker 3 gives the new assignment
+    stale = v1(port[1], f"V1|4|HEARTBEAT|{group} {topic} a {g1}")
+    assert "|ERR|GENERATION_MISMATCH|" in stale, stale
+    assert gen_and_parts(ok(v1(port[3], f"V1|5|SYNC|{group} {topic} a {g2}"))) == (3, [0, 2])
+    assert ok(v1(port[2], f"V1|6|HEARTBEAT|{group} {topic} a {g2}")).startswith("heartbeat=ok")
+    # ownership is checked against the shared assignment: b does not own partition 0
+    denied = v1(port[1], f"V1|7|COMMIT|{group} {topic} b {g2} 0 10")
+    assert "|ERR|GENERATION_MISMATCH|" in denied, denied
+    assert "committed=true" in ok(v1(port[1], f"V1|8|COMMIT|{group} {topic} a {g2} 0 10"))
+    assert "committed=true" in ok(v1(port[3], f"V1|9|COMMIT|{group} {topic} b {g2} 1 20"))
+    for i in port:
+        cluster.wait(lambda i=i: "offset=10" in v1(port[i], f"V1|10|OFFSET|{group} {topic} 0")
+                     and "offset=20" in v1(port[i], f"V1|11|OFFSET|{group} {topic} 1"),
+                     10, f"committed offsets on broker {i}")
+
+    # broker 1 dies: the group goes on at the same generation on the others
+    cluster.brokers[1].kill()
+    assert ok(v1(port[3], f"V1|12|HEARTBEAT|{group} {topic} a {g2}")).startswith("heartbeat=ok")
+    assert ok(v1(port[2], f"V1|13|HEARTBEAT|{group} {topic} b {g2}")).startswith("heartbeat=ok")
+    assert "committed=true" in ok(v1(port[2], f"V1|14|COMMIT|{group} {topic} a {g2} 2 30"))
+    assert "left=true" in ok(v1(port[3], f"V1|15|LEAVE|{group} {topic} b {g2}"))
+    assert gen_and_parts(ok(v1(port[2], f"V1|16|SYNC|{group} {topic} a {g2 + 1}"))) == (g2 + 1, [0, 1, 2, 3])
+
+    # broker 1 comes back: it sees the group as it is now, and every committed offset
+    cluster.brokers[1].start(timeout=60)
+
+    def adopted() -> bool:  # a keeps its membership alive through broker 2 meanwhile
+        assert ok(v1(port[2], f"V1|17|HEARTBEAT|{group} {topic} a {g2 + 1}")).startswith("heartbeat=ok")
+        return v1(port[1], f"V1|17|OFFSET|{group} {topic} 2").endswith("|OK|offset=30")
+
+    cluster.wait(adopted, 30, "broker 1 adopts the offset committed while it was down")
+    assert "offset=20" in v1(port[1], f"V1|18|OFFSET|{group} {topic} 1")
+    assert ok(v1(port[1], f"V1|19|HEARTBEAT|{group} {topic} a {g2 + 1}")).startswith("heartbeat=ok")
+    gen, parts = gen_and_parts(ok(v1(port[1], f"V1|20|JOIN|{group} {topic} c")))
+    assert gen == g2 + 2 and parts == [1, 3]
+
+
+def test_deleting_a_topic_forgets_its_offsets_everywhere(cluster: Cluster) -> None:
+    topic, group = "ephemeral", "readers"
+    port = {i: b.port for i, b in cluster.brokers.items()}
+    ok(v1(port[1], f"V1|1|ADMIN_CREATE_TOPIC|{topic} 1 3"))
+    cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, 30, "a full ISR")
+    gen, _parts = gen_and_parts(ok(v1(port[2], f"V1|2|JOIN|{group} {topic} a")))
+    assert "committed=true" in ok(v1(port[2], f"V1|3|COMMIT|{group} {topic} a {gen} 0 7"))
+    for i in port:
+        cluster.wait(lambda i=i: "offset=7" in v1(port[i], f"V1|4|OFFSET|{group} {topic} 0"), 10,
+                     f"the offset on broker {i}")
+    # delete it through Cursus on broker 3, create it again: no broker remembers the old offset
+    assert cursus_cmd(cluster.brokers[3].cursus_port, f"DELETE topic={topic}").startswith("OK")
+    cluster.wait(lambda: not cluster.kazoo.exists(f"/topics/{topic}"), 10, "the topic gone")
+    ok(v1(port[1], f"V1|5|ADMIN_CREATE_TOPIC|{topic} 1 3"))
+    cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, 30, "a full ISR again")
+    for i in port:
+        cluster.wait(lambda i=i: v1(port[i], f"V1|6|OFFSET|{group} {topic} 0").endswith("|OK|offset=0"),
+                     10, f"no committed offset on broker {i}")
+
+
+def test_a_data_directory_joins_only_its_own_cluster(cluster: Cluster) -> None:
+    """Kafka's cluster id check: broker 1 restarted against another chroot (an empty cluster)
+    refuses to start instead of dropping its copies of the topics; back on its own, all is there."""
+    topic = "kept"
+    port = cluster.brokers[1].port
+    ok(v1(port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 1 3"))
+    cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, 30, "a full ISR")
+    leader = cluster.brokers[cluster.leader(topic, 0)]
+    assert "|OK|" in v1(leader.port, f"V1|2|PRODUCE|{topic} k:v acks=all")
+    b1 = cluster.brokers[1]
+    b1.stop()
+    wrong = BrokerProcess(b1.data_dir, "--config", str(cluster.cfg), "--cluster",
+                          cluster.zk.url("some-other-cluster"), "--broker-id", "1",
+                          "--replication", f"127.0.0.1:{free_port()}", fsync="always")
+    with contextlib.suppress(RuntimeError):  # exited before or after its listeners opened
+        wrong.start(timeout=60)
+    assert wrong.proc is not None and wrong.proc.wait(60) != 0
+    assert "belongs to cluster" in wrong.log()
+    assert (b1.data_dir / "topics").exists()
+    b1.start(timeout=60)
+    cluster.wait(lambda: v1(port, f"V1|3|CONSUME|{topic} 0 0").startswith("V1|3|OK|messages=0:v "), 20,
+                 "broker 1 serving its copy again")
+
+
+def test_adding_partitions_grows_the_topic_on_every_broker(cluster: Cluster) -> None:
+    """Cursus CREATE with a larger count on broker 2: ZooKeeper gets the new partitions (spread
+    over the brokers, the topic's replication factor, full ISRs), every broker opens them, and
+    each takes records at its leader and replicates them."""
+    topic = "growing"
+    port = {i: b.port for i, b in cluster.brokers.items()}
+    ok(v1(port[1], f"V1|1|ADMIN_CREATE_TOPIC|{topic} 2 3"))
+    cluster.wait(lambda: all(len(cluster.isr(topic, p)) == 3 for p in range(2)), 30, "full ISRs")
+    reply = cursus_cmd(cluster.brokers[2].cursus_port, f"CREATE topic={topic} partitions=5")
+    assert reply.startswith("OK") and "partitions=5" in reply, reply
+    cluster.wait(lambda: all(len(cluster.isr(topic, p)) == 3 for p in range(5)), 30, "full ISRs of 5")
+    assert len({cluster.leader(topic, p) for p in range(2, 5)}) == 3  # spread over the brokers
+    for p in range(5):
+        leader = cluster.brokers[cluster.leader(topic, p)]
+        # (a broker opens the new partitions when ZooKeeper's watch reaches it)
+        cluster.wait(lambda leader=leader, p=p: cursus_produce(leader.cursus_port, topic, p).startswith(
+            b'{"status":"OK"'), 10, f"partition {p} at its leader")
+    for i in port:
+        cluster.wait(lambda i=i: all(v1(port[i], f"V1|3|CONSUME|{topic} {p} 0").startswith(
+            "V1|3|OK|messages=0:hello ") for p in range(5)), 20, f"every partition on broker {i}")
+    # shrinking is refused, as Cursus does
+    reply = cursus_cmd(cluster.brokers[3].cursus_port, f"CREATE topic={topic} partitions=3")
+    assert reply.startswith("ERROR"), reply
+
+
+def test_iggy_delete_partitions_and_purge_in_the_cluster(cluster: Cluster) -> None:
+    """Iggy DELETE_PARTITIONS shrinks the topic on every broker and drops the removed
+    partitions' committed offsets from ZooKeeper; PURGE_TOPIC at the leader empties every
+    replica (followers take the leader's new log start), and is refused by a follower."""
+    from bayou.protocols.iggy import messages as im
+    from support.iggy import legacy_login
+
+    topic = "trimmed"
+    port = {i: b.port for i, b in cluster.brokers.items()}
+    ok(v1(port[1], f"V1|1|ADMIN_CREATE_TOPIC|{topic} 4 3"))
+    cluster.wait(lambda: all(len(cluster.isr(topic, p)) == 3 for p in range(4)), 30, "full ISRs")
+    gen, _parts = gen_and_parts(ok(v1(port[1], f"V1|2|JOIN|g {topic} a")))
+    for p in (0, 3):
+        assert "committed=true" in ok(v1(port[1], f"V1|3|COMMIT|g {topic} a {gen} {p} 5"))
+    ident = (im.Identifier("default"), im.Identifier(topic))
+
+    async def iggy(broker: int, req: object) -> int:
+        conn = await legacy_login(cluster.brokers[broker].iggy_port)
+        try:
+            return int((await conn.ask(req)).status)  # type: ignore[arg-type]
+        finally:
+            await conn.close()
+
+    assert asyncio.run(iggy(3, im.DeletePartitions(*ident, 2))) == 0
+    assert sorted(int(p) for p in cluster.kazoo.get_children(f"/topics/{topic}/partitions")) == [0, 1]
+    for i in port:
+        cluster.wait(lambda i=i: v1(port[i], f"V1|4|CONSUME|{topic} 2 0")
+                     == "V1|4|ERR|BAD_REQUEST|invalid partition", 10, f"broker {i} with 2 partitions")
+    data, _stat = cluster.kazoo.get(f"/groups/g/{topic}")
+    assert json.loads(data) == {"0": 5}
+
+    # records on partition 0, then PURGE_TOPIC: refused by a follower, done by the leader
+    leader = cluster.leader(topic, 0)
+    for p in range(2):  # every partition led by the same broker, so one broker can purge it all
+        if cluster.leader(topic, p) != leader:
+            ok(v1(port[leader], f"V1|5|ADMIN_SET_PARTITION_LEADER|{topic} {p} {leader} 1,2,3"))
+    cluster.wait(lambda: all(cluster.leader(topic, p) == leader for p in range(2)), 10, "one leader")
+    for n in range(20):  # NOT_LEADER (nothing stored) until the broker has taken the new state
+        cluster.wait(lambda n=n: "|OK|" in v1(port[leader], f"V1|6|PRODUCE|{topic} k{n}:v{n} acks=all"),
+                     10, "the produce at the leader")
+    follower = next(b for b in cluster.brokers if b != leader)
+    assert asyncio.run(iggy(follower, im.PurgeTopic(*ident))) == 58  # TRANSIENT_NOT_ACCEPTED
+    cluster.wait(lambda: sum(v1(port[follower], f"V1|7|CONSUME|{topic} {p} 0").count(":")
+                             for p in range(2)) == 20, 10, "the records on the follower, still there")
+    assert asyncio.run(iggy(leader, im.PurgeTopic(*ident))) == 0
+    for i in port:
+        cluster.wait(lambda i=i: all(re.fullmatch(r"V1\|8\|OK\|messages= hw=\d+",
+                                                  v1(port[i], f"V1|8|CONSUME|{topic} {p} 0"))
+                                     for p in range(2)), 15, f"broker {i} purged")
