@@ -196,3 +196,79 @@ def test_iggy_delete_partitions_and_purge_in_the_cluster(cluster: Cluster) -> No
         cluster.wait(lambda i=i: all(re.fullmatch(r"V1\|8\|OK\|messages= hw=\d+",
                                                   v1(port[i], f"V1|8|CONSUME|{topic} {p} 0"))
                                      for p in range(2)), 15, f"broker {i} purged")
+
+
+def test_iggy_consumer_group_spans_brokers_and_survives_one(cluster: Cluster) -> None:
+    """An Iggy consumer group made on broker 1 is known on every broker (same name and id);
+    members joined through different brokers share the partitions; the members of a killed
+    broker leave the group (their connections died with it), the rest take its partitions; the
+    group's stored offsets are read on any broker."""
+    from bayou.protocols.iggy import messages as im
+    from support.iggy import LegacyConn, legacy_login
+
+    topic = "events"
+    ok(v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 4 3"))
+    cluster.wait(lambda: all(len(cluster.isr(topic, p)) == 3 for p in range(4)), 30, "full ISRs")
+    for n in range(8):
+        lp = cluster.brokers[cluster.leader(topic, n % 4)].cursus_port
+        cluster.wait(lambda lp=lp, n=n: cursus_produce(lp, topic, n % 4).startswith(b'{"status":"OK"'),
+                     10, "a record")
+    for i, b in cluster.brokers.items():  # every replica's high watermark covers them
+        cluster.wait(lambda b=b: all(v1(b.port, f"V1|2|CONSUME|{topic} {p} 0").endswith("hw=1")
+                                     for p in range(4)), 10, f"the records on broker {i}")
+    st, tp, grp = im.Identifier("default"), im.Identifier(topic), im.Identifier("workers")
+    group_consumer = im.Consumer(im.ConsumerKind.GROUP, grp)
+
+    async def details(conn: LegacyConn) -> im.ConsumerGroupDetails:
+        d = await conn.call(im.GetConsumerGroup(st, tp, grp))
+        assert isinstance(d, im.ConsumerGroupDetails), d
+        return d
+
+    async def scenario() -> None:
+        a = await legacy_login(cluster.brokers[1].iggy_port)
+        b = await legacy_login(cluster.brokers[2].iggy_port)
+        c = await legacy_login(cluster.brokers[3].iggy_port)
+        try:
+            created = await a.call(im.CreateConsumerGroup(st, tp, "workers"))
+            assert created.group.name == "workers"
+            # the same name elsewhere is taken: names are unique in the cluster
+            assert await c.status(im.CreateConsumerGroup(st, tp, "workers")) == 5004  # NAME_ALREADY_EXISTS
+            await a.call(im.JoinConsumerGroup(st, tp, grp))
+            await b.call(im.JoinConsumerGroup(st, tp, grp))  # known on broker 2 through ZooKeeper
+            seen = await details(c)
+            assert seen.group.id == created.group.id and seen.group.members_count == 2
+            assert sorted(p for mem in seen.members for p in mem.partitions) == [0, 1, 2, 3]
+            assert all(len(mem.partitions) == 2 for mem in seen.members)
+            b_id = next(mem.id for mem in seen.members if mem.id >> 20 == 2)
+            # an offset stored for the group through broker 2 is read through broker 3
+            b_parts = next(mem.partitions for mem in seen.members if mem.id == b_id)
+            await b.call(im.StoreConsumerOffset(group_consumer, st, tp, b_parts[0], 1))
+            got = await c.call(im.GetConsumerOffset(group_consumer, st, tp, b_parts[0]))
+            assert isinstance(got, im.ConsumerOffsetInfo) and got.stored_offset == 1
+
+            cluster.brokers[1].kill()  # a's connection dies with its broker
+
+            async def alone() -> bool:
+                d = await details(c)
+                return [(mem.id, sorted(mem.partitions)) for mem in d.members] == [(b_id, [0, 1, 2, 3])]
+
+            deadline = asyncio.get_running_loop().time() + 20
+            while not await alone():
+                assert asyncio.get_running_loop().time() < deadline, await details(c)
+                await asyncio.sleep(0.1)
+            # a comes back through broker 3 and gets its share again
+            a2 = await legacy_login(cluster.brokers[3].iggy_port)
+            try:
+                await a2.call(im.JoinConsumerGroup(st, tp, grp))
+                assert (await details(b)).group.members_count == 2
+            finally:
+                await a2.close()
+            # deleting the group on broker 3 deletes it everywhere
+            await c.call(im.DeleteConsumerGroup(st, tp, grp))
+            assert await b.call(im.GetConsumerGroup(st, tp, grp)) is None
+        finally:
+            for conn in (a, b, c):
+                with contextlib.suppress(Exception):
+                    await conn.close()
+
+    asyncio.run(scenario())

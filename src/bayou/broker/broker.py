@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bayou.broker.dedup import DEFAULT_MAX_PRODUCERS, DEFAULT_WINDOW, DedupTable, IdRun, rebuild
 from bayou.broker.groups.coordinator import (
+    CURSUS_POLICY,
     RTES_POLICY,
     GroupCoordinator,
     GroupDescription,
@@ -833,15 +834,15 @@ class Broker:
     # -- consumer groups and offsets -----------------------------------------------------------
 
     def _shared_group(self, group: str, policy: GroupPolicy | None = None) -> bool:
-        """Cluster mode keeps V1 groups in ZooKeeper, so members on different brokers form one
-        group and it survives any broker (V1 has no coordinator to find). Cursus groups have a
-        coordinator broker, Iggy members are connections: both stay in this broker's memory."""
+        """Cluster mode keeps V1 and Iggy groups in ZooKeeper, so members on different brokers
+        form one group and it survives any broker (neither protocol has a coordinator to find).
+        Cursus groups live in the memory of their coordinator broker (FIND_COORDINATOR)."""
         if self.cluster is None:
             return False
         if policy is not None:
-            return policy is RTES_POLICY
+            return policy is not CURSUS_POLICY
         g = self.groups.groups.get(group)
-        return g is None or g.policy is RTES_POLICY
+        return g is None or g.policy is not CURSUS_POLICY
 
     async def _in_cluster(self, group: str, op: Callable[[], T]) -> T:
         """Run a group operation on the state ZooKeeper holds: read it, apply ``op``, write the
@@ -877,12 +878,29 @@ class Broker:
     async def register_group(self, group: str, topic: str, policy: GroupPolicy,
                              assignor: str | None = None) -> GroupDescription:
         """Register ``group`` for ``topic`` (no member joins); the existing group if there is one."""
+        partitions = None if policy.rebind_topic else self.partition_count(topic)
+        if self._shared_group(group, policy):
+            return await self._in_cluster(group, lambda: self.groups.describe(
+                self.groups.register(group, topic, policy, assignor, partitions).name))
         existed = group in self.groups.groups
-        self.groups.register(group, topic, policy, assignor,
-                             None if policy.rebind_topic else self.partition_count(topic))
+        self.groups.register(group, topic, policy, assignor, partitions)
         if not existed:
             await self._groups_file.save()
         return self.groups.describe(group)
+
+    async def current_group(self, group: str) -> GroupDescription:
+        """The group as it is now: in cluster mode a shared group is read from ZooKeeper (another
+        broker's members may have changed it), otherwise as ``describe_group``."""
+        if self._shared_group(group):
+            return await self._in_cluster(group, lambda: self.groups.describe(group))
+        return self.groups.describe(group)
+
+    async def drop_group_members(self, group: str, gone: Callable[[str], bool]) -> None:
+        """Remove the members for which ``gone`` holds (see GroupCoordinator.drop_members)."""
+        if self._shared_group(group):
+            await self._in_cluster(group, lambda: self.groups.drop_members(group, gone))
+        elif self.groups.drop_members(group, gone):
+            await self._groups_file.save()
 
     async def resume_group(self, group: str, topic: str, member: str, generation: int) -> GroupView:
         before = self._generation(group)
@@ -1033,6 +1051,13 @@ class Broker:
 
     def committed_offset(self, group: str, topic: str, partition: int) -> int | None:
         return self.groups.committed(group, topic, partition)
+
+    async def current_committed_offset(self, group: str, topic: str, partition: int) -> int | None:
+        """The committed offset as the cluster has it now (a commit made through another broker
+        a moment ago included); on a single node the same as ``committed_offset``."""
+        if self.cluster is None:
+            return self.groups.committed(group, topic, partition)
+        return await self.cluster.committed_offset(group, topic, partition)
 
     def describe_group(self, group: str) -> GroupDescription:
         return self.groups.describe(group)

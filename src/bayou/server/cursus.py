@@ -272,6 +272,13 @@ class CursusService:
                 if v > 0:
                     config[target] = str(v * scale)
         existing = self.broker.topics.get(topic)
+        if existing is None:
+            try:
+                await self.broker.create_topic(topic, n, config)
+            except TopicAlreadyExists:  # meanwhile, or (cluster mode) made through another broker
+                existing = self.broker.topics.get(topic)
+            except InvalidConfig as exc:
+                raise err("invalid_topic_policy", ("reason", exc.message)) from None
         if existing is not None:
             have = len(existing.partitions)
             if n < have:
@@ -279,13 +286,6 @@ class CursusService:
                     "reason", f"cannot decrease partition count for topic '{topic}': {have} -> {n}"))
             if n > have:
                 await self.broker.add_partitions(topic, n)
-        else:
-            try:
-                await self.broker.create_topic(topic, n, config)
-            except TopicAlreadyExists:
-                pass
-            except InvalidConfig as exc:
-                raise err("invalid_topic_policy", ("reason", exc.message)) from None
         await self.broker.register_group(DEFAULT_GROUP, topic, CURSUS_POLICY, "range")
         return replies.ok(("topic", topic), ("partitions", n), *self._policy_pairs(topic))
 

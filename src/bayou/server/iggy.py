@@ -45,6 +45,7 @@ import xxhash
 from bayou import __version__
 from bayou.broker import Acks, Broker
 from bayou.broker.broker import TOPIC_KEYS
+from bayou.broker.cluster.state import connection_member_base
 from bayou.broker.dedup import IdRun
 from bayou.broker.groups.coordinator import IGGY_POLICY
 from bayou.errors import BayouError, GroupNotFound, TopicAlreadyExists, UnknownMember
@@ -183,10 +184,16 @@ class IggyService:
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._load)
-        # Members are connections: nobody is connected after a restart.
-        for _s, t in self.catalog.all_topics():
-            for g in t.groups.values():
-                await self.broker.reset_group_members(t.broker_group(g))
+        if self.broker.cluster is not None:
+            # Client ids (= group member ids) carry the broker id, so that the cluster can drop
+            # the members of a dead or restarted broker (ClusterNode._reap_members).
+            base = connection_member_base(self.broker.config.broker_id)
+            self._next_client = max(self._next_client, base + 1)
+        else:
+            # Members are connections: nobody is connected after a restart.
+            for _s, t in self.catalog.all_topics():
+                for g in t.groups.values():
+                    await self.broker.reset_group_members(t.broker_group(g))
         self._reaper = loop.create_task(self._reap_idle(), name="iggy-idle-members")
 
     def _load(self) -> None:
@@ -973,23 +980,29 @@ class IggyService:
             return topic.broker_group(self._group(topic, consumer.id))
         return f"iggy-consumer.{consumer.id.value}"
 
-    def _member_partitions(self, s: Session, stream: StreamEntry, topic: TopicEntry,
-                           group: GroupEntry) -> tuple[int, ...]:
+    async def _member_partitions(self, s: Session, stream: StreamEntry, topic: TopicEntry,
+                                 group: GroupEntry) -> tuple[int, ...]:
         if (stream.id, topic.id, group.id) not in s.groups:
             raise IggyError(Status.CONSUMER_GROUP_MEMBER_NOT_FOUND, f"not a member of {group.name!r}")
-        desc = self.broker.describe_group(topic.broker_group(group))
+        try:  # cluster mode: as ZooKeeper has it now (members on other brokers change it)
+            desc = await self.broker.current_group(topic.broker_group(group))
+        except GroupNotFound:
+            raise IggyError(Status.CONSUMER_GROUP_MEMBER_NOT_FOUND,
+                            f"not a member of {group.name!r}") from None
         for member, _seen, parts in desc.members:
             if member == s.member:
                 return parts
         raise IggyError(Status.CONSUMER_GROUP_MEMBER_NOT_FOUND, f"not a member of {group.name!r}")
 
-    def _offset_partition(self, s: Session, stream: StreamEntry, topic: TopicEntry,
-                          consumer: m.Consumer, partition_id: int | None) -> int:
+    async def _offset_partition(self, s: Session, stream: StreamEntry, topic: TopicEntry,
+                                consumer: m.Consumer, partition_id: int | None) -> int:
+        if consumer.kind == m.ConsumerKind.GROUP:
+            await self._known_group(topic, consumer.id)
         p = self._partition_in(s, partition_id)
         if p is None:
             if consumer.kind == m.ConsumerKind.GROUP:
                 group = self._group(topic, consumer.id)
-                parts = self._member_partitions(s, stream, topic, group)
+                parts = await self._member_partitions(s, stream, topic, group)
                 if not parts:
                     raise IggyError(Status.CONSUMER_GROUP_MEMBER_NOT_FOUND, "no partitions assigned")
                 return parts[0]
@@ -1000,8 +1013,9 @@ class IggyService:
     async def _get_offset(self, s: Session, req: m.GetConsumerOffset) -> m.ConsumerOffsetInfo | None:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "poll", stream.id, topic.id)
-        p = self._offset_partition(s, stream, topic, req.consumer, req.partition_id)
-        committed = self.broker.committed_offset(self._consumer_key(s, topic, req.consumer), topic.topic, p)
+        p = await self._offset_partition(s, stream, topic, req.consumer, req.partition_id)
+        committed = await self.broker.current_committed_offset(self._consumer_key(s, topic, req.consumer),
+                                                               topic.topic, p)
         if committed is None or committed == 0:
             return None
         hw = self.broker.partition(topic.topic, p).high_watermark
@@ -1010,7 +1024,7 @@ class IggyService:
     async def _store_offset(self, s: Session, req: m.StoreConsumerOffset) -> None:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "poll", stream.id, topic.id)
-        p = self._offset_partition(s, stream, topic, req.consumer, req.partition_id)
+        p = await self._offset_partition(s, stream, topic, req.consumer, req.partition_id)
         hw = self.broker.partition(topic.topic, p).high_watermark
         if hw == 0 or req.offset > hw - 1:
             raise IggyError(Status.INVALID_OFFSET, f"offset {req.offset} is past the partition's last")
@@ -1020,15 +1034,15 @@ class IggyService:
     async def _delete_offset(self, s: Session, req: m.DeleteConsumerOffset) -> None:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "poll", stream.id, topic.id)
-        p = self._offset_partition(s, stream, topic, req.consumer, req.partition_id)
+        p = await self._offset_partition(s, stream, topic, req.consumer, req.partition_id)
         key = self._consumer_key(s, topic, req.consumer)
         if not await self.broker.delete_committed_offset(key, topic.topic, p):
             raise IggyError(Status.CONSUMER_OFFSET_NOT_FOUND, "no stored offset")
 
     # -- polling -------------------------------------------------------------------------------
 
-    def _poll_partition(self, s: Session, stream: StreamEntry, topic: TopicEntry,
-                        req: m.PollMessages) -> int | None:
+    async def _poll_partition(self, s: Session, stream: StreamEntry, topic: TopicEntry,
+                              req: m.PollMessages) -> int | None:
         """The partition a poll reads, or None for "nothing to read" (a member without
         partitions, or a V member naming a partition it no longer owns)."""
         p = self._partition_in(s, req.partition_id)
@@ -1036,8 +1050,9 @@ class IggyService:
             p = 0 if p is None else p
             self._check_partition(topic, p)
             return p
+        await self._known_group(topic, req.consumer.id)
         group = self._group(topic, req.consumer.id)
-        owned = self._member_partitions(s, stream, topic, group)
+        owned = await self._member_partitions(s, stream, topic, group)
         if p is None:
             if not owned:
                 return None
@@ -1052,7 +1067,7 @@ class IggyService:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "poll", stream.id, topic.id)
         dialect = s.dialect or Dialect.LEGACY
-        p = self._poll_partition(s, stream, topic, req)
+        p = await self._poll_partition(s, stream, topic, req)
         if p is None:
             pid = m.RESYNC_PARTITION if dialect is Dialect.VSR and req.partition_id is not None else 0
             return POLL_PREFIX.pack(pid, 0, 0)
@@ -1075,7 +1090,7 @@ class IggyService:
         elif kind == m.PollingKind.LAST:
             start = hw - min(req.count, hw)
         else:  # NEXT
-            committed = self.broker.committed_offset(key, topic.topic, p)
+            committed = await self.broker.current_committed_offset(key, topic.topic, p)
             start = start_of_log if committed is None else committed
         start = max(start, start_of_log)
         out_pid = self._partition_out(s, p)
@@ -1155,9 +1170,30 @@ class IggyService:
 
     # -- consumer groups -----------------------------------------------------------------------
 
-    def _group_details(self, topic: TopicEntry, group: GroupEntry) -> m.ConsumerGroupDetails:
-        desc = self.broker.describe_group(topic.broker_group(group))
-        members = tuple(m.ConsumerGroupMember(int(mid), tuple(parts)) for mid, _seen, parts in desc.members)
+    async def _cluster_groups(self, topic: TopicEntry) -> None:
+        """Cluster mode: take the topic's consumer groups (names and ids) from ZooKeeper, where
+        every broker registers the groups its clients create."""
+        cluster = self.broker.cluster
+        if cluster is None:
+            return
+        known = await cluster.iggy_groups(topic.topic)
+        current = {g.name: g.id for g in topic.groups.values()}
+        if current != known:
+            topic.groups = {gid: GroupEntry(gid, name) for name, gid in known.items()}
+            await self._save_catalog()
+
+    async def _known_group(self, topic: TopicEntry, ident: m.Identifier) -> None:
+        """Cluster mode: a group this broker has not heard of may have been made on another."""
+        if self.broker.cluster is not None and topic.group(ident.value) is None:
+            await self._cluster_groups(topic)
+
+    async def _group_details(self, topic: TopicEntry, group: GroupEntry) -> m.ConsumerGroupDetails:
+        try:
+            desc = await self.broker.current_group(topic.broker_group(group))
+            found = desc.members
+        except GroupNotFound:  # registered, no state yet
+            found = ()
+        members = tuple(m.ConsumerGroupMember(int(mid), tuple(parts)) for mid, _seen, parts in found)
         info = m.ConsumerGroupInfo(group.id, self.broker.partition_count(topic.topic), len(members),
                                    group.name)
         return m.ConsumerGroupDetails(info, members)
@@ -1168,18 +1204,21 @@ class IggyService:
         except IggyError:
             return None
         self._permit(s, "read_topics", stream.id, topic.id)
+        await self._cluster_groups(topic)
         group = topic.group(req.group.value)
-        return None if group is None else self._group_details(topic, group)
+        return None if group is None else await self._group_details(topic, group)
 
     async def _get_groups(self, s: Session, req: m.GetConsumerGroups) -> tuple[m.ConsumerGroupInfo, ...]:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "read_topics", stream.id, topic.id)
-        return tuple(self._group_details(topic, g).group
-                     for g in sorted(topic.groups.values(), key=lambda g: g.id))
+        await self._cluster_groups(topic)
+        return tuple([(await self._group_details(topic, g)).group
+                      for g in sorted(topic.groups.values(), key=lambda g: g.id)])
 
     async def _create_group(self, s: Session, req: m.CreateConsumerGroup) -> m.ConsumerGroupDetails:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "poll", stream.id, topic.id)
+        await self._cluster_groups(topic)
         if req.group_id is not None:  # D: the client chose the id (its name is derived from it)
             if req.group_id < 1:
                 raise IggyError(Status.INVALID_CONSUMER_GROUP_ID, f"group id {req.group_id}")
@@ -1189,15 +1228,27 @@ class IggyService:
         _check_name(name, Status.INVALID_CONSUMER_GROUP_NAME)
         if topic.group(name) is not None:
             raise IggyError(Status.CONSUMER_GROUP_NAME_ALREADY_EXISTS, f"group {name!r} exists")
-        group = topic.add_group(name, req.group_id)
+        group_id = req.group_id
+        if self.broker.cluster is not None:  # names and ids are unique in the cluster
+            try:
+                group_id = await self.broker.cluster.add_iggy_group(topic.topic, name, req.group_id)
+            except KeyError:
+                raise IggyError(Status.CONSUMER_GROUP_NAME_ALREADY_EXISTS, f"group {name!r} exists") from None
+            except ValueError:
+                raise IggyError(Status.CONSUMER_GROUP_ID_ALREADY_EXISTS,
+                                f"group {req.group_id} exists") from None
+        group = topic.add_group(name, group_id)
         await self.broker.register_group(topic.broker_group(group), topic.topic, IGGY_POLICY)
         await self._save_catalog()
-        return self._group_details(topic, group)
+        return await self._group_details(topic, group)
 
     async def _delete_group(self, s: Session, req: m.DeleteConsumerGroup) -> None:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "poll", stream.id, topic.id)
+        await self._known_group(topic, req.group)
         group = self._group(topic, req.group)
+        if self.broker.cluster is not None:
+            await self.broker.cluster.delete_iggy_group(topic.topic, group.name)
         await self.broker.delete_group(topic.broker_group(group))
         del topic.groups[group.id]
         for c in self.sessions.values():
@@ -1207,6 +1258,7 @@ class IggyService:
     async def _join_group(self, s: Session, req: m.JoinConsumerGroup) -> None:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "poll", stream.id, topic.id)
+        await self._known_group(topic, req.group)
         group = self._group(topic, req.group)
         await self.broker.join_group(topic.broker_group(group), topic.topic, s.member, policy=IGGY_POLICY)
         s.groups.add((stream.id, topic.id, group.id))
@@ -1233,7 +1285,10 @@ class IggyService:
         group = self._group(topic, req.group)
         if (stream.id, topic.id, group.id) not in s.groups:
             return None
-        desc = self.broker.describe_group(topic.broker_group(group))
+        try:
+            desc = await self.broker.current_group(topic.broker_group(group))
+        except GroupNotFound:
+            return None
         for member, _seen, parts in desc.members:
             if member == s.member:
                 return m.ConsumerGroupAssignment(desc.generation, tuple(parts))

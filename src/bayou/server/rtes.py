@@ -213,7 +213,7 @@ class RtesService:
         return "committed=true"
 
     async def offset(self, r: m.Offset) -> str:
-        off = self.broker.committed_offset(r.group, r.topic, r.partition)
+        off = await self.broker.current_committed_offset(r.group, r.topic, r.partition)
         return f"offset={off if off is not None else 0}"
 
     # -- replication (single node: followers report progress) ----------------------------------

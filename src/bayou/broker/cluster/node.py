@@ -44,6 +44,7 @@ from bayou.broker.cluster.state import (
     after_failures,
     assign_replicas,
     initial_state,
+    member_broker,
 )
 from bayou.broker.cluster.zk import Snapshot, ZkCluster
 from bayou.broker.partition import FOLLOWER, LEADER, Partition
@@ -68,6 +69,7 @@ REPLICATION = "replication"  # the endpoint name of the replication listener
 TOPIC_ID = "cluster.topic.id"  # topic config: which incarnation of a topic (a fresh uuid per creation)
 CLUSTER_FILE = "cluster.json"  # in the data directory: the cluster it joined
 FETCH_MAX_BYTES = 8 << 20
+FULL_READ_EVERY = 20  # passes (of tick_s) between full reads of ZooKeeper without a watch firing
 FETCH_MAX_WAIT_MS = 500
 
 
@@ -93,6 +95,7 @@ class ClusterNode:
         self._synced = asyncio.Event()
         self._stopping = False
         self._passes = 0
+        self._reaped_with: set[int] | None = None  # live brokers at the controller's last reap
         # From now on the broker is in cluster mode: it leads nothing until ZooKeeper says so.
         broker.cluster = self
         for topic in broker.topics.values():
@@ -104,6 +107,9 @@ class ClusterNode:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self._run(self.zk.start, 30.0, self._accept_cluster)
+        # connections of this broker's previous life (and of dead brokers) are gone
+        live = set((await self._run(self.zk.snapshot)).brokers) - {self.me}
+        await self._reap_members(live)
         self._task = self._loop.create_task(self._reconcile_loop(), name="cluster-reconcile")
         await asyncio.wait_for(self._synced.wait(), 60)
 
@@ -187,7 +193,9 @@ class ClusterNode:
         snap = await self._run(self.zk.snapshot)
         live = sorted(snap.brokers)
         if name in snap.topics:
-            if not exist_ok:
+            if not exist_ok:  # raised once this broker has opened it, so the caller can use it
+                with contextlib.suppress(UnknownTopic):
+                    await self._await_local(name, timeout=5.0)
                 raise TopicAlreadyExists(f"topic {name} already exists")
         else:
             explicit = config.get("replication.factor")
@@ -315,8 +323,40 @@ class ClusterNode:
     async def forget_offset(self, group: str, topic: str, partition: int) -> None:
         await self._run(self.zk.delete_offset, group, topic, partition)
 
+    async def committed_offset(self, group: str, topic: str, partition: int) -> int | None:
+        return await self._run(self.zk.committed_offset, group, topic, partition)
+
     async def forget_group(self, group: str) -> None:
         await self._run(self.zk.delete_group, group)
+
+    async def iggy_groups(self, topic: str) -> dict[str, int]:
+        """The Iggy consumer groups of a topic in the cluster: name -> id."""
+        return await self._run(self.zk.iggy_groups, topic)
+
+    async def add_iggy_group(self, topic: str, name: str, group_id: int | None) -> int:
+        """Register an Iggy consumer group cluster-wide; its id. Raises KeyError (name taken) or
+        ValueError (id taken)."""
+        try:
+            return await self._run(self.zk.add_iggy_group, topic, name, group_id)
+        except NodeExistsError:
+            raise KeyError(name) from None
+
+    async def delete_iggy_group(self, topic: str, name: str) -> None:
+        await self._run(self.zk.delete_iggy_group, topic, name)
+
+    async def _reap_members(self, alive: set[int]) -> None:
+        """Drop the connection-bound members (Iggy's) handed out by brokers not in ``alive``: their
+        connections are gone with them, so their partitions go to the members left."""
+        def gone(member: str) -> bool:
+            b = member_broker(member)
+            return b is not None and b not in alive
+
+        for group, policy in (await self._run(self.zk.group_policies)).items():
+            if policy == "iggy":
+                try:
+                    await self.broker.drop_group_members(group, gone)
+                except Exception:
+                    log.exception("cannot drop the members of dead brokers from group %s", group)
 
     async def group_state(self, group: str) -> tuple[bytes, int]:
         """A V1 group's state as ZooKeeper holds it, and the version to write it back with."""
@@ -336,24 +376,36 @@ class ClusterNode:
     # -- reconciliation ------------------------------------------------------------------------
 
     async def _reconcile_loop(self) -> None:
+        woken = True
         while not self._stopping:
             try:
-                await self._reconcile()
+                await self._reconcile(full=woken or self._passes % FULL_READ_EVERY == 0)
                 self._synced.set()
             except asyncio.CancelledError:
                 raise
             except Exception:
+                woken = True
                 log.exception("cluster reconciliation failed; retrying")
+                await asyncio.sleep(self.tick_s)
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.tick_s)
+            woken = self._wake.is_set()
             self._wake.clear()
 
-    async def _reconcile(self) -> None:
+    async def _reconcile(self, *, full: bool = True) -> None:
+        """One pass. The whole state is read from ZooKeeper when a watch fired (every node the
+        pass depends on is watched) and every FULL_READ_EVERY passes anyway; the other passes (ISR
+        upkeep on the tick) work from the last snapshot."""
         if self.zk.session_lost.is_set() or not await self._run(self.zk.is_registered):
             self._step_down_all()
             await self._run(self.zk.register, 60.0)
-        snap = await self._run(self.zk.snapshot)
-        self.snapshot = snap
+            full = True
+        if full or self.snapshot is None:
+            snap = await self._run(self.zk.snapshot)
+            self.snapshot = snap
+        else:
+            snap = self.snapshot
         self.broker.metadata.mirror_cluster(
             {b: (reg.host, reg.endpoints.get("rtes", 0)) for b, reg in snap.brokers.items()},
             {k: (st.leader, list(st.isr), st.leader_epoch) for k, (st, _v) in snap.states.items()})
@@ -362,11 +414,17 @@ class ClusterNode:
                 await self._run(self.zk.try_become_controller)
             else:
                 await self._control(snap)
+                live = set(snap.brokers)
+                if self._reaped_with is None or self._reaped_with - live:
+                    await self._reap_members(live)
+                self._reaped_with = live
+        else:
+            self._reaped_with = None  # reap again on becoming controller
         await self._sync_topics(snap)
         await self._apply_states(snap)
         await self._maintain_isr(snap)
         self._passes += 1
-        if self.zk.offsets_dirty.is_set() or self._passes % 4 == 0:
+        if self.zk.offsets_dirty.is_set() or self._passes % FULL_READ_EVERY == 0:
             await self._sync_offsets()
 
     def _step_down_all(self) -> None:

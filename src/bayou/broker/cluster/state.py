@@ -10,6 +10,7 @@ Layout under the cluster's chroot (``zk://host:port/chroot``), as Kafka kept it 
     /topics/<topic>/partitions/<p>/state   {"leader", "leader_epoch", "isr": [...]}
     /groups/<group>                        V1 groups: the group's state (groups.json's entry)
     /groups/<group>/<topic>                {"partition": committed offset}
+    /iggy/groups/<topic>/<name>            an Iggy consumer group of a topic: {"id"}
 
 The controller (whoever holds /controller) moves leadership when a leader's broker goes away and
 drops dead brokers from ISRs; a partition's leader shrinks and grows its ISR. Both write the state
@@ -28,6 +29,7 @@ BROKERS = "/brokers/ids"
 CONTROLLER = "/controller"
 TOPICS = "/topics"
 GROUPS = "/groups"
+IGGY_GROUPS = "/iggy/groups"
 NO_LEADER = -1
 
 
@@ -150,3 +152,19 @@ def after_failures(state: PartitionState, replicas: list[int], live: set[int]) -
             return state
         return PartitionState(NO_LEADER, state.leader_epoch + 1, (state.leader,))
     return PartitionState(candidates[0], state.leader_epoch + 1, alive_isr)
+
+
+# Members bound to a client connection (Iggy's) are numbered per broker: the broker id in the high
+# bits, so the cluster can tell whose connections they were when a broker dies or restarts.
+MEMBER_BROKER_SHIFT = 20
+
+
+def connection_member_base(broker_id: int) -> int:
+    """The first connection number a broker hands out (fits Iggy's u32 client ids)."""
+    return (broker_id % 4096) << MEMBER_BROKER_SHIFT
+
+
+def member_broker(member: str) -> int | None:
+    """The broker a connection-bound member id was handed out by (None if not such an id)."""
+    return int(member) >> MEMBER_BROKER_SHIFT if member.isascii() and member.isdigit() else None
+

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import quote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -26,6 +26,7 @@ from bayou.broker.cluster.state import (
     CLUSTER_ID,
     CONTROLLER,
     GROUPS,
+    IGGY_GROUPS,
     TOPICS,
     BrokerRegistration,
     PartitionState,
@@ -331,14 +332,90 @@ class ZkCluster:
         same name starts without them)."""
         with contextlib.suppress(NoNodeError):
             self.zk.delete(topic_path(name), recursive=True)
+        iggy_prefix = quote(f"iggy.{name}.", safe="")
         for g in self.zk.get_children(GROUPS):
             with contextlib.suppress(NoNodeError):
-                self.zk.delete(f"{GROUPS}/{g}/{quote(name, safe='')}")
+                if g.startswith(iggy_prefix):  # the topic's Iggy groups go with it
+                    self.zk.delete(f"{GROUPS}/{g}", recursive=True)
+                else:
+                    self.zk.delete(f"{GROUPS}/{g}/{quote(name, safe='')}")
+        for root in (IGGY_GROUPS, f"{IGGY_GROUPS}-ids"):
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(f"{root}/{quote(name, safe='')}", recursive=True)
 
     def delete_group(self, group: str) -> None:
         """A group's state and all its committed offsets."""
         with contextlib.suppress(NoNodeError):
             self.zk.delete(group_path(group), recursive=True)
+
+    def iggy_groups(self, topic: str) -> dict[str, int]:
+        """The Iggy consumer groups of a topic: name -> id."""
+        path = f"{IGGY_GROUPS}/{quote(topic, safe='')}"
+        out: dict[str, int] = {}
+        try:
+            names = self.zk.get_children(path)
+        except NoNodeError:
+            return out
+        for n in names:
+            with contextlib.suppress(NoNodeError):
+                data, _stat = self.zk.get(f"{path}/{n}")
+                out[unquote(n)] = int(json.loads(data)["id"])
+        return out
+
+    def add_iggy_group(self, topic: str, name: str, group_id: int | None) -> int:
+        """Register an Iggy consumer group (its id: ``group_id``, or the next free one); the name
+        node and an id node are created in one transaction, so names and ids stay unique. Raises
+        NodeExistsError if the name is taken, ValueError if the id is."""
+        base = f"{IGGY_GROUPS}/{quote(topic, safe='')}"
+        ids = f"{IGGY_GROUPS}-ids/{quote(topic, safe='')}"
+        self.zk.ensure_path(base)
+        self.zk.ensure_path(ids)
+        while True:
+            groups = self.iggy_groups(topic)
+            if name in groups:
+                raise NodeExistsError(name)
+            taken = set(groups.values())
+            gid = group_id if group_id is not None else next(i for i in range(1, len(taken) + 2)
+                                                             if i not in taken)
+            tx = self.zk.transaction()
+            tx.create(f"{ids}/{gid}", name.encode())
+            tx.create(f"{base}/{quote(name, safe='')}", json.dumps({"id": gid}).encode())
+            id_result, name_result = tx.commit()
+            if isinstance(name_result, NodeExistsError):
+                raise NodeExistsError(name)
+            if isinstance(id_result, NodeExistsError):
+                if group_id is not None:
+                    raise ValueError(f"group id {group_id} exists")
+                continue  # another broker took that id meanwhile
+            for r in (id_result, name_result):
+                if isinstance(r, Exception):
+                    raise r
+            return gid
+
+    def delete_iggy_group(self, topic: str, name: str) -> None:
+        path = f"{IGGY_GROUPS}/{quote(topic, safe='')}/{quote(name, safe='')}"
+        try:
+            data, _stat = self.zk.get(path)
+        except NoNodeError:
+            return
+        gid = int(json.loads(data)["id"])
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(path)
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(f"{IGGY_GROUPS}-ids/{quote(topic, safe='')}/{gid}")
+
+    def group_policies(self) -> dict[str, str]:
+        """Every group kept in ZooKeeper (V1, Iggy): name -> the policy of its state."""
+        out: dict[str, str] = {}
+        for child in self.zk.get_children(GROUPS):
+            try:
+                data, _stat = self.zk.get(f"{GROUPS}/{child}")
+            except NoNodeError:
+                continue
+            if data:
+                for gd in json.loads(data).values():
+                    out[unquote(child)] = str((gd or {}).get("policy") or "rtes")
+        return out
 
     def group_state(self, group: str) -> tuple[bytes, int]:
         """(the group's stored state, empty when none, and the znode version for set_group_state)."""
@@ -380,13 +457,19 @@ class ZkCluster:
             except (BadVersionError, NoNodeError):
                 continue
 
+    def committed_offset(self, group: str, topic: str, partition: int) -> int | None:
+        try:
+            data, _stat = self.zk.get(offsets_path(group, topic))
+        except NoNodeError:
+            return None
+        off = (json.loads(data) if data else {}).get(str(partition))
+        return None if off is None else int(off)
+
     def delete_offset(self, group: str, topic: str, partition: int) -> None:
         self._drop_offsets(offsets_path(group, topic), lambda p: p == partition)
 
     def read_offsets(self) -> dict[tuple[str, str, int], int]:
         """Every group's committed offsets, watching each node for the next change."""
-        from urllib.parse import unquote
-
         self.offsets_dirty.clear()
         out: dict[tuple[str, str, int], int] = {}
         for g in self.zk.get_children(GROUPS):

@@ -125,7 +125,11 @@ class GroupCoordinator:
         if not g.policy.session_expiry:
             return False
         now = self.clock()
-        dead = [m for m, mem in g.members.items() if now - mem.last_seen_ms > self.session_timeout_ms]
+        return self._remove(g, [m for m, mem in g.members.items()
+                                if now - mem.last_seen_ms > self.session_timeout_ms])
+
+    def _remove(self, g: Group, dead: list[str]) -> bool:
+        """Remove ``dead`` members: a new generation, rebalanced; False (nothing done) if none."""
         if not dead:
             return False
         for m in dead:
@@ -264,6 +268,12 @@ class GroupCoordinator:
         g.generation += 1
         self._rebalance(g)
         return True
+
+    def drop_members(self, group: str, gone: Callable[[str], bool]) -> bool:
+        """Remove the members for which ``gone`` holds (connection-bound members of a broker that
+        restarted or died); True if any went (a new generation, rebalanced)."""
+        g = self.groups.get(group)
+        return g is not None and self._remove(g, [m for m in g.members if gone(m)])
 
     def delete_group(self, group: str) -> bool:
         """Forget a group and its committed offsets; True if it existed."""
