@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from support.brokers import BrokerProcess, free_port
 from support.zookeeper import ZooKeeperServer
@@ -98,7 +99,11 @@ class Cluster:
         self.kazoo.close()
 
     def state(self, topic: str, partition: int) -> dict[str, object]:
-        data, _stat = self.kazoo.get(f"/topics/{topic}/partitions/{partition}/state")
+        """The partition's state node (no leader, empty ISR while it does not exist)."""
+        try:
+            data, _stat = self.kazoo.get(f"/topics/{topic}/partitions/{partition}/state")
+        except NoNodeError:
+            return {"leader": -1, "leader_epoch": -1, "isr": []}
         doc: dict[str, object] = json.loads(data)
         return doc
 

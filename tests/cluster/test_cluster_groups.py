@@ -272,3 +272,63 @@ def test_iggy_consumer_group_spans_brokers_and_survives_one(cluster: Cluster) ->
                     await conn.close()
 
     asyncio.run(scenario())
+
+
+def test_iggy_streams_topics_and_users_are_the_clusters(cluster: Cluster) -> None:
+    """The Iggy catalog and users are shared: a stream, its topic and a user made through broker
+    1 are served by the others (a record produced through V1 is polled by name through Iggy on
+    another broker), outlive broker 1, keep their names unique, and go everywhere when deleted."""
+    from bayou.protocols.iggy import messages as im
+    from support.iggy import LegacyConn, legacy_login
+
+    shop, orders = im.Identifier("shop"), im.Identifier("orders")
+
+    async def made_on_broker_1() -> None:
+        conn = await legacy_login(cluster.brokers[1].iggy_port)
+        try:
+            await conn.call(im.CreateStream("shop"))
+            await conn.call(im.CreateTopic(shop, "orders", 2))
+            await conn.call(im.CreateUser("alice", "secret-1", permissions=im.Permissions.root()))
+        finally:
+            await conn.close()
+
+    asyncio.run(made_on_broker_1())
+    cluster.wait(lambda: all(len(cluster.isr("shop.orders", p)) == 3 for p in range(2)), 30, "full ISRs")
+    for n in range(6):  # the key picks the partition; only its leader takes it (NOT_LEADER elsewhere)
+        cluster.wait(lambda n=n: any("|OK|" in v1(b.port, f"V1|1|PRODUCE|shop.orders k{n}:v{n} acks=all")
+                                     for b in cluster.brokers.values()), 10, "a record")
+
+    async def count(conn: LegacyConn) -> int:
+        details = await conn.call(im.GetTopic(shop, orders))
+        assert isinstance(details, im.TopicDetails), details
+        return sum(p.messages_count for p in details.partitions)
+
+    async def elsewhere() -> None:
+        conn = await legacy_login(cluster.brokers[2].iggy_port, "alice", "secret-1")
+        try:
+            stream = await conn.call(im.GetStream(shop))
+            assert isinstance(stream, im.StreamDetails) and [t.name for t in stream.topics] == ["orders"]
+            deadline = asyncio.get_running_loop().time() + 10
+            while await count(conn) != 6:  # a follower's high watermark follows its next fetch
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.1)
+            assert await conn.status(im.CreateStream("shop")) == 1012  # STREAM_NAME_ALREADY_EXISTS
+        finally:
+            await conn.close()
+
+    asyncio.run(elsewhere())
+    cluster.brokers[1].kill()
+
+    async def after_broker_1() -> None:
+        conn = await legacy_login(cluster.brokers[3].iggy_port, "alice", "secret-1")
+        other = await legacy_login(cluster.brokers[2].iggy_port)
+        try:
+            assert await count(conn) == 6
+            await other.call(im.DeleteStream(shop))
+            assert await conn.call(im.GetStream(shop)) is None
+            assert not cluster.kazoo.exists("/topics/shop.orders")
+        finally:
+            await conn.close()
+            await other.close()
+
+    asyncio.run(after_broker_1())

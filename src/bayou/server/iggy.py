@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import os
@@ -36,7 +37,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +108,25 @@ from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.iggy")
 
+# Cluster mode: the Iggy catalog (streams, topics, consumer groups) and users are JSON documents in
+# ZooKeeper that every broker serves; the commands that change them run under a cluster lock.
+CATALOG_DOC = "iggy/catalog"
+USERS_DOC = "iggy/users"
+SHARED_CHANGES = frozenset({
+    Command.CREATE_STREAM, Command.DELETE_STREAM, Command.UPDATE_STREAM, Command.PURGE_STREAM,
+    Command.CREATE_TOPIC, Command.DELETE_TOPIC, Command.UPDATE_TOPIC, Command.PURGE_TOPIC,
+    Command.CREATE_PARTITIONS, Command.DELETE_PARTITIONS,
+    Command.CREATE_CONSUMER_GROUP, Command.DELETE_CONSUMER_GROUP,
+    Command.CREATE_USER, Command.DELETE_USER, Command.UPDATE_USER, Command.UPDATE_PERMISSIONS,
+    Command.CHANGE_PASSWORD, Command.CREATE_PERSONAL_ACCESS_TOKEN, Command.DELETE_PERSONAL_ACCESS_TOKEN,
+})
+MAYBE_ELSEWHERE = frozenset({
+    Status.STREAM_ID_NOT_FOUND, Status.STREAM_NAME_NOT_FOUND, Status.TOPIC_ID_NOT_FOUND,
+    Status.TOPIC_NAME_NOT_FOUND, Status.CONSUMER_GROUP_ID_NOT_FOUND, Status.CONSUMER_GROUP_NAME_NOT_FOUND,
+    Status.INVALID_CREDENTIALS, Status.RESOURCE_NOT_FOUND,
+})
+_HOLDING_SHARED: contextvars.ContextVar[bool] = contextvars.ContextVar("iggy_shared", default=False)
+
 PROTOCOL_VERSION = m.pack_version(0, 11, 0)  # the V protocol apache-iggy 0.9.0 speaks (C.7)
 SERVER_NAME = f"bayou-{__version__}"
 MAX_PARTITIONS = 1000
@@ -166,6 +186,8 @@ class IggyService:
         self.users = UserStore(data / "users.json", root_username, root_password)
         self.sessions: dict[int, Session] = {}
         self._next_client = 1
+        self._doc_seen: dict[str, int] = {}  # cluster mode: shared documents' change counts taken
+        self._doc_version: dict[str, int] = {}  # and their znode versions
         self._balanced: dict[str, int] = {}
         self._started = time.time()
         self._cpu = (time.monotonic(), sum(os.times()[:2]))
@@ -189,6 +211,13 @@ class IggyService:
             # the members of a dead or restarted broker (ClusterNode._reap_members).
             base = connection_member_base(self.broker.config.broker_id)
             self._next_client = max(self._next_client, base + 1)
+            # The first broker's catalog and users seed the cluster's; the others take those.
+            async with self._shared_change():
+                for name, target in ((CATALOG_DOC, self.catalog), (USERS_DOC, self.users)):
+                    data, version = await self.broker.cluster.read_doc(name)
+                    if not data:
+                        await self.broker.cluster.write_doc(name, target.snapshot(), version)
+                    await self._refresh_shared(force=True)
         else:
             # Members are connections: nobody is connected after a restart.
             for _s, t in self.catalog.all_topics():
@@ -206,6 +235,14 @@ class IggyService:
         await asyncio.get_running_loop().run_in_executor(None, self.catalog.save)
 
     async def _sync(self) -> None:
+        cluster = self.broker.cluster
+        if cluster is not None:  # the cluster's topics, and the default stream's ids are shared
+            if self.catalog.in_sync(await cluster.topic_names()):
+                return
+            async with self._shared_change():
+                if self.catalog.sync(await cluster.topic_names(), now_us()):
+                    await self._save_catalog()
+            return
         if self.catalog.sync(self.broker.list_topics(), now_us()):
             await self._save_catalog()
 
@@ -300,9 +337,77 @@ class IggyService:
         handler = self.handlers.get(command)
         if handler is None:
             raise IggyError(Status.FEATURE_UNAVAILABLE, f"{command.name} is not available")
-        if header is not None and command in (Command.LOGIN_REGISTER, Command.LOGIN_REGISTER_WITH_PAT):
+        if self.broker.cluster is None:
+            return await self._run_handler(s, req, handler, header)
+        await self._refresh_shared()
+        try:
+            if command in SHARED_CHANGES:
+                async with self._shared_change():
+                    return await self._run_handler(s, req, handler, header)
+            return await self._run_handler(s, req, handler, header)
+        except IggyError as exc:
+            # a stream, topic, group or user made through another broker a moment ago, whose
+            # change this broker has not been told of yet: read the shared copies and try again
+            if exc.status not in MAYBE_ELSEWHERE or not await self._refresh_shared(force=True):
+                raise
+        if command in SHARED_CHANGES:
+            async with self._shared_change():
+                return await self._run_handler(s, req, handler, header)
+        return await self._run_handler(s, req, handler, header)
+
+    async def _run_handler(self, s: Session, req: Any, handler: Handler,
+                           header: RequestHeader | None) -> bytes | m.Reply | None:
+        if header is not None and req.command in (Command.LOGIN_REGISTER, Command.LOGIN_REGISTER_WITH_PAT):
             return await self._login_register(s, req, header)
         return await handler(s, req)
+
+    # -- cluster mode: the catalog and the users are shared by every broker ---------------------
+
+    async def _refresh_shared(self, force: bool = False) -> bool:
+        """Take the cluster's copies of the catalog and the users when they changed (a watch
+        counts the changes; ``force`` reads them anyway). Whether anything changed here."""
+        cluster = self.broker.cluster
+        assert cluster is not None
+        changed = False
+        for name, target in ((CATALOG_DOC, self.catalog), (USERS_DOC, self.users)):
+            seen = cluster.doc_changes(name)
+            if not force and self._doc_seen.get(name) == seen:
+                continue
+            data, version = await cluster.read_doc(name)
+            self._doc_seen[name] = seen
+            self._doc_version[name] = version
+            if data and data != target.snapshot():
+                target.replace(data)
+                changed = True
+                await asyncio.get_running_loop().run_in_executor(
+                    None, self.catalog.save if target is self.catalog else self.users.save_copy)
+        return changed
+
+    @contextlib.asynccontextmanager
+    async def _shared_change(self) -> AsyncIterator[None]:
+        """Change the catalog or the users cluster-wide: under the cluster lock, from the newest
+        copies, and written back (whatever the change did before an error too)."""
+        if _HOLDING_SHARED.get():
+            yield
+            return
+        cluster = self.broker.cluster
+        assert cluster is not None
+        async with cluster.exclusive("iggy"):
+            token = _HOLDING_SHARED.set(True)
+            try:
+                await self._refresh_shared(force=True)
+                before = {CATALOG_DOC: self.catalog.snapshot(), USERS_DOC: self.users.snapshot()}
+                try:
+                    yield
+                finally:
+                    for name, target in ((CATALOG_DOC, self.catalog), (USERS_DOC, self.users)):
+                        data = target.snapshot()
+                        if data != before[name]:
+                            if not await cluster.write_doc(name, data, self._doc_version[name]):
+                                raise IggyError(Status.ERROR, f"the cluster's {name} changed under its lock")
+                            self._doc_version[name] += 1
+            finally:
+                _HOLDING_SHARED.reset(token)
 
     def _anonymous(self, s: Session) -> bool:
         """A design-document client: it has no login (the seed predates users), so with D
@@ -996,8 +1101,6 @@ class IggyService:
 
     async def _offset_partition(self, s: Session, stream: StreamEntry, topic: TopicEntry,
                                 consumer: m.Consumer, partition_id: int | None) -> int:
-        if consumer.kind == m.ConsumerKind.GROUP:
-            await self._known_group(topic, consumer.id)
         p = self._partition_in(s, partition_id)
         if p is None:
             if consumer.kind == m.ConsumerKind.GROUP:
@@ -1050,7 +1153,6 @@ class IggyService:
             p = 0 if p is None else p
             self._check_partition(topic, p)
             return p
-        await self._known_group(topic, req.consumer.id)
         group = self._group(topic, req.consumer.id)
         owned = await self._member_partitions(s, stream, topic, group)
         if p is None:
@@ -1170,23 +1272,6 @@ class IggyService:
 
     # -- consumer groups -----------------------------------------------------------------------
 
-    async def _cluster_groups(self, topic: TopicEntry) -> None:
-        """Cluster mode: take the topic's consumer groups (names and ids) from ZooKeeper, where
-        every broker registers the groups its clients create."""
-        cluster = self.broker.cluster
-        if cluster is None:
-            return
-        known = await cluster.iggy_groups(topic.topic)
-        current = {g.name: g.id for g in topic.groups.values()}
-        if current != known:
-            topic.groups = {gid: GroupEntry(gid, name) for name, gid in known.items()}
-            await self._save_catalog()
-
-    async def _known_group(self, topic: TopicEntry, ident: m.Identifier) -> None:
-        """Cluster mode: a group this broker has not heard of may have been made on another."""
-        if self.broker.cluster is not None and topic.group(ident.value) is None:
-            await self._cluster_groups(topic)
-
     async def _group_details(self, topic: TopicEntry, group: GroupEntry) -> m.ConsumerGroupDetails:
         try:
             desc = await self.broker.current_group(topic.broker_group(group))
@@ -1204,21 +1289,18 @@ class IggyService:
         except IggyError:
             return None
         self._permit(s, "read_topics", stream.id, topic.id)
-        await self._cluster_groups(topic)
         group = topic.group(req.group.value)
         return None if group is None else await self._group_details(topic, group)
 
     async def _get_groups(self, s: Session, req: m.GetConsumerGroups) -> tuple[m.ConsumerGroupInfo, ...]:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "read_topics", stream.id, topic.id)
-        await self._cluster_groups(topic)
         return tuple([(await self._group_details(topic, g)).group
                       for g in sorted(topic.groups.values(), key=lambda g: g.id)])
 
     async def _create_group(self, s: Session, req: m.CreateConsumerGroup) -> m.ConsumerGroupDetails:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "poll", stream.id, topic.id)
-        await self._cluster_groups(topic)
         if req.group_id is not None:  # D: the client chose the id (its name is derived from it)
             if req.group_id < 1:
                 raise IggyError(Status.INVALID_CONSUMER_GROUP_ID, f"group id {req.group_id}")
@@ -1228,16 +1310,7 @@ class IggyService:
         _check_name(name, Status.INVALID_CONSUMER_GROUP_NAME)
         if topic.group(name) is not None:
             raise IggyError(Status.CONSUMER_GROUP_NAME_ALREADY_EXISTS, f"group {name!r} exists")
-        group_id = req.group_id
-        if self.broker.cluster is not None:  # names and ids are unique in the cluster
-            try:
-                group_id = await self.broker.cluster.add_iggy_group(topic.topic, name, req.group_id)
-            except KeyError:
-                raise IggyError(Status.CONSUMER_GROUP_NAME_ALREADY_EXISTS, f"group {name!r} exists") from None
-            except ValueError:
-                raise IggyError(Status.CONSUMER_GROUP_ID_ALREADY_EXISTS,
-                                f"group {req.group_id} exists") from None
-        group = topic.add_group(name, group_id)
+        group = topic.add_group(name, req.group_id)
         await self.broker.register_group(topic.broker_group(group), topic.topic, IGGY_POLICY)
         await self._save_catalog()
         return await self._group_details(topic, group)
@@ -1245,10 +1318,7 @@ class IggyService:
     async def _delete_group(self, s: Session, req: m.DeleteConsumerGroup) -> None:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "poll", stream.id, topic.id)
-        await self._known_group(topic, req.group)
         group = self._group(topic, req.group)
-        if self.broker.cluster is not None:
-            await self.broker.cluster.delete_iggy_group(topic.topic, group.name)
         await self.broker.delete_group(topic.broker_group(group))
         del topic.groups[group.id]
         for c in self.sessions.values():
@@ -1258,7 +1328,6 @@ class IggyService:
     async def _join_group(self, s: Session, req: m.JoinConsumerGroup) -> None:
         stream, topic = await self._resolve(req.stream, req.topic)
         self._permit(s, "poll", stream.id, topic.id)
-        await self._known_group(topic, req.group)
         group = self._group(topic, req.group)
         await self.broker.join_group(topic.broker_group(group), topic.topic, s.member, policy=IGGY_POLICY)
         s.groups.add((stream.id, topic.id, group.id))

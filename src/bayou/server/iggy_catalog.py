@@ -106,9 +106,15 @@ class Catalog:
 
     def load(self) -> None:
         try:
-            raw = json.loads(self.path.read_bytes())
+            self.replace(self.path.read_bytes())
         except FileNotFoundError:
             return
+
+    def replace(self, data: bytes) -> None:
+        """Take the whole catalog from ``snapshot()`` bytes (cluster mode: the shared copy)."""
+        raw = json.loads(data)
+        self.streams = {}
+        self.default.topics = {}
         for s in raw.get("streams", []):
             entry = StreamEntry(int(s["id"]), str(s["name"]), int(s["created_at"]))
             for t in s.get("topics", []):
@@ -190,6 +196,15 @@ class Catalog:
 
     def mapped_topics(self) -> set[str]:
         return {t.topic for s in self.streams.values() for t in s.topics.values()}
+
+    def in_sync(self, broker_topics: Iterable[str]) -> bool:
+        """Whether ``sync`` would change nothing."""
+        present = set(broker_topics)
+        mapped = self.mapped_topics()
+        default = {t.topic for t in self.default.topics.values()}
+        return (all(t.topic in present for s in self.streams.values() for t in s.topics.values())
+                and not (default - present) and not (default & mapped)
+                and not (present - mapped - default))
 
     def sync(self, broker_topics: Iterable[str], now_us: int) -> bool:
         """Reconcile with the broker's topics: forget Iggy topics deleted elsewhere, put every

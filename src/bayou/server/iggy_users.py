@@ -207,22 +207,36 @@ class UserStore:
                 self._set({ROOT_ID: _Record(root, self._hasher.hash(self.root_password))})
                 self._save()
                 return
+            self.replace(self.path.read_bytes(), str(self.path))
+
+    def replace(self, data: bytes, source: str = "the users document") -> None:
+        """Take every user from ``snapshot()`` bytes (cluster mode: the shared copy)."""
+        with self._lock:
             try:
-                raw = json.loads(self.path.read_bytes())
+                raw = json.loads(data)
                 records = {r.user.id: r for r in (_record_from_json(u) for u in raw["users"])}
             except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{self.path}: not a readable users file ({exc})") from exc
+                raise ValueError(f"{source}: not a readable users file ({exc})") from exc
             self._set(records)
+
+    def snapshot(self) -> bytes:
+        with self._lock:
+            body = {"format": _FORMAT, "users": [_record_json(r) for r in sorted(
+                self._records.values(), key=lambda r: r.user.id)]}
+            return json.dumps(body, indent=1).encode()
 
     def _set(self, records: dict[int, _Record]) -> None:
         self._records = records
         self._by_token = {t.token_hash: (r.user.id, t.name) for r in records.values() for t in r.tokens}
 
+    def save_copy(self) -> None:
+        """Write the file (cluster mode: this broker's copy of the shared users)."""
+        with self._lock:
+            self._save()
+
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        body = {"format": _FORMAT, "users": [_record_json(r) for r in sorted(
-            self._records.values(), key=lambda r: r.user.id)]}
-        atomic_write(self.path, json.dumps(body, indent=1).encode())
+        atomic_write(self.path, self.snapshot())
         os.chmod(self.path, 0o600)  # hashes only, but still nobody else's business
 
     def _replace(self, record: _Record | None, user_id: int) -> None:

@@ -29,7 +29,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from kazoo.exceptions import NodeExistsError
@@ -37,6 +37,7 @@ from kazoo.exceptions import NodeExistsError
 from bayou.broker.broker import Broker, Topic
 from bayou.broker.cluster.replicaset import ReplicaSet
 from bayou.broker.cluster.state import (
+    LOCKS,
     NO_LEADER,
     BrokerRegistration,
     PartitionState,
@@ -52,6 +53,7 @@ from bayou.errors import (
     InvalidConfig,
     InvalidPartitions,
     OffsetOutOfRange,
+    StorageError,
     TopicAlreadyExists,
     UnknownPartition,
     UnknownTopic,
@@ -95,6 +97,7 @@ class ClusterNode:
         self._synced = asyncio.Event()
         self._stopping = False
         self._passes = 0
+        self._locks: dict[str, asyncio.Lock] = {}
         self._reaped_with: set[int] | None = None  # live brokers at the controller's last reap
         # From now on the broker is in cluster mode: it leads nothing until ZooKeeper says so.
         broker.cluster = self
@@ -329,20 +332,37 @@ class ClusterNode:
     async def forget_group(self, group: str) -> None:
         await self._run(self.zk.delete_group, group)
 
-    async def iggy_groups(self, topic: str) -> dict[str, int]:
-        """The Iggy consumer groups of a topic in the cluster: name -> id."""
-        return await self._run(self.zk.iggy_groups, topic)
+    # -- shared documents (the Iggy catalog and users) -----------------------------------------
 
-    async def add_iggy_group(self, topic: str, name: str, group_id: int | None) -> int:
-        """Register an Iggy consumer group cluster-wide; its id. Raises KeyError (name taken) or
-        ValueError (id taken)."""
-        try:
-            return await self._run(self.zk.add_iggy_group, topic, name, group_id)
-        except NodeExistsError:
-            raise KeyError(name) from None
+    async def read_doc(self, name: str) -> tuple[bytes, int]:
+        """A JSON document every broker shares (``/<name>``), watched from now on; empty if
+        nobody wrote it yet; and the version to write it back with."""
+        await self._run(self.zk.watch_doc, f"/{name}")
+        return await self._run(self.zk.doc, f"/{name}")
 
-    async def delete_iggy_group(self, topic: str, name: str) -> None:
-        await self._run(self.zk.delete_iggy_group, topic, name)
+    async def write_doc(self, name: str, data: bytes, version: int) -> bool:
+        return await self._run(self.zk.set_doc, f"/{name}", data, version)
+
+    async def topic_names(self) -> list[str]:
+        """The cluster's topics as ZooKeeper has them now."""
+        return await self._run(self.zk.topic_names)
+
+    def doc_changes(self, name: str) -> int:
+        """How many changes of the document this broker has seen announced (a watch count)."""
+        return self.zk.doc_changes.get(f"/{name}", 0)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, name: str, timeout: float = 15.0) -> AsyncIterator[None]:
+        """Hold the cluster-wide lock ``name`` (one holder in the whole cluster)."""
+        local = self._locks.setdefault(name, asyncio.Lock())
+        async with local:
+            lock = self.zk.lock(f"{LOCKS}/{name}")
+            if not await self._run(lock.acquire, True, timeout):
+                raise StorageError(f"the cluster lock {name} was not free within {timeout:.0f} s")
+            try:
+                yield
+            finally:
+                await self._run(lock.release)
 
     async def _reap_members(self, alive: set[int]) -> None:
         """Drop the connection-bound members (Iggy's) handed out by brokers not in ``alive``: their

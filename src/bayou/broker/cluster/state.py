@@ -10,7 +10,8 @@ Layout under the cluster's chroot (``zk://host:port/chroot``), as Kafka kept it 
     /topics/<topic>/partitions/<p>/state   {"leader", "leader_epoch", "isr": [...]}
     /groups/<group>                        V1 groups: the group's state (groups.json's entry)
     /groups/<group>/<topic>                {"partition": committed offset}
-    /iggy/groups/<topic>/<name>            an Iggy consumer group of a topic: {"id"}
+    /iggy/catalog, /iggy/users             Iggy's streams/topics/groups and users (JSON documents)
+    /locks/<name>                          cluster-wide locks (kazoo's recipe)
 
 The controller (whoever holds /controller) moves leadership when a leader's broker goes away and
 drops dead brokers from ISRs; a partition's leader shrinks and grows its ISR. Both write the state
@@ -29,7 +30,7 @@ BROKERS = "/brokers/ids"
 CONTROLLER = "/controller"
 TOPICS = "/topics"
 GROUPS = "/groups"
-IGGY_GROUPS = "/iggy/groups"
+LOCKS = "/locks"
 NO_LEADER = -1
 
 

@@ -20,13 +20,13 @@ from urllib.parse import quote, unquote, urlparse
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.lock import Lock
 
 from bayou.broker.cluster.state import (
     BROKERS,
     CLUSTER_ID,
     CONTROLLER,
     GROUPS,
-    IGGY_GROUPS,
     TOPICS,
     BrokerRegistration,
     PartitionState,
@@ -73,6 +73,7 @@ class ZkCluster:
         self._hosts = hosts
         self._chroot = chroot
         self._watched: set[str] = set()
+        self.doc_changes: dict[str, int] = {}  # shared document path -> changes seen
         self._lock = threading.Lock()
         self.session_lost = threading.Event()
         self.offsets_dirty = threading.Event()  # a group's offsets changed in ZooKeeper
@@ -339,70 +340,48 @@ class ZkCluster:
                     self.zk.delete(f"{GROUPS}/{g}", recursive=True)
                 else:
                     self.zk.delete(f"{GROUPS}/{g}/{quote(name, safe='')}")
-        for root in (IGGY_GROUPS, f"{IGGY_GROUPS}-ids"):
-            with contextlib.suppress(NoNodeError):
-                self.zk.delete(f"{root}/{quote(name, safe='')}", recursive=True)
 
     def delete_group(self, group: str) -> None:
         """A group's state and all its committed offsets."""
         with contextlib.suppress(NoNodeError):
             self.zk.delete(group_path(group), recursive=True)
 
-    def iggy_groups(self, topic: str) -> dict[str, int]:
-        """The Iggy consumer groups of a topic: name -> id."""
-        path = f"{IGGY_GROUPS}/{quote(topic, safe='')}"
-        out: dict[str, int] = {}
-        try:
-            names = self.zk.get_children(path)
-        except NoNodeError:
-            return out
-        for n in names:
-            with contextlib.suppress(NoNodeError):
-                data, _stat = self.zk.get(f"{path}/{n}")
-                out[unquote(n)] = int(json.loads(data)["id"])
-        return out
+    def topic_names(self) -> list[str]:
+        return sorted(self.zk.get_children(TOPICS))
 
-    def add_iggy_group(self, topic: str, name: str, group_id: int | None) -> int:
-        """Register an Iggy consumer group (its id: ``group_id``, or the next free one); the name
-        node and an id node are created in one transaction, so names and ids stay unique. Raises
-        NodeExistsError if the name is taken, ValueError if the id is."""
-        base = f"{IGGY_GROUPS}/{quote(topic, safe='')}"
-        ids = f"{IGGY_GROUPS}-ids/{quote(topic, safe='')}"
-        self.zk.ensure_path(base)
-        self.zk.ensure_path(ids)
+    def doc(self, path: str) -> tuple[bytes, int]:
+        """A shared document (empty if nobody wrote it yet) and its znode version."""
         while True:
-            groups = self.iggy_groups(topic)
-            if name in groups:
-                raise NodeExistsError(name)
-            taken = set(groups.values())
-            gid = group_id if group_id is not None else next(i for i in range(1, len(taken) + 2)
-                                                             if i not in taken)
-            tx = self.zk.transaction()
-            tx.create(f"{ids}/{gid}", name.encode())
-            tx.create(f"{base}/{quote(name, safe='')}", json.dumps({"id": gid}).encode())
-            id_result, name_result = tx.commit()
-            if isinstance(name_result, NodeExistsError):
-                raise NodeExistsError(name)
-            if isinstance(id_result, NodeExistsError):
-                if group_id is not None:
-                    raise ValueError(f"group id {group_id} exists")
-                continue  # another broker took that id meanwhile
-            for r in (id_result, name_result):
-                if isinstance(r, Exception):
-                    raise r
-            return gid
+            try:
+                data, stat = self.zk.get(path)
+                return data, stat.version
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    self.zk.create(path, b"", makepath=True)
 
-    def delete_iggy_group(self, topic: str, name: str) -> None:
-        path = f"{IGGY_GROUPS}/{quote(topic, safe='')}/{quote(name, safe='')}"
+    def set_doc(self, path: str, data: bytes, version: int) -> bool:
         try:
-            data, _stat = self.zk.get(path)
-        except NoNodeError:
-            return
-        gid = int(json.loads(data)["id"])
-        with contextlib.suppress(NoNodeError):
-            self.zk.delete(path)
-        with contextlib.suppress(NoNodeError):
-            self.zk.delete(f"{IGGY_GROUPS}-ids/{quote(topic, safe='')}/{gid}")
+            self.zk.set(path, data, version=version)
+            return True
+        except (BadVersionError, NoNodeError):
+            return False
+
+    def watch_doc(self, path: str) -> None:
+        """Count the changes of a shared document (``doc_changes``) from now on."""
+        with self._lock:
+            if path in self.doc_changes:
+                return
+            self.doc_changes[path] = 0
+
+        def changed(_data: bytes | None, _stat: ZnodeStat | None) -> None:
+            with self._lock:
+                self.doc_changes[path] += 1
+
+        self.zk.DataWatch(path, changed)
+
+    def lock(self, path: str) -> Lock:
+        """A cluster-wide lock (kazoo's recipe: sequential ephemeral nodes)."""
+        return self.zk.Lock(path, str(self.broker_id))
 
     def group_policies(self) -> dict[str, str]:
         """Every group kept in ZooKeeper (V1, Iggy): name -> the policy of its state."""
