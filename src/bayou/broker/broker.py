@@ -535,6 +535,11 @@ class Broker:
 
     # -- produce and fetch ---------------------------------------------------------------------
 
+    def _led_elsewhere(self, part: Partition) -> bool:
+        """Cluster mode: another broker leads ``part`` now."""
+        rs = part.cluster
+        return rs is not None and not rs.is_leader and rs.leader >= 0
+
     def _check_leader(self, part: Partition) -> None:
         if self.cluster is not None or part.in_cluster:
             if part.cluster is None or not part.cluster.is_leader:
@@ -552,14 +557,17 @@ class Broker:
     async def produce(self, topic: str, partition: int, batch: bytes | bytearray,
                       acks: Acks = Acks.LEADER, *,
                       stamp: Callable[[bytearray, int], None] | None = None,
-                      create: bool = True, at_offset: int | None = None) -> ProduceResult:
+                      create: bool = True, at_offset: int | None = None,
+                      forward: bool = False) -> ProduceResult:
         """Append one batch (its base offset is assigned here) and acknowledge per ``acks``.
 
         ``stamp`` writes the assigned offsets into formats that carry them per record (the batch
         was built by the caller, so its CRC is computed after stamping instead of verified).
         With ``create=False`` an unknown topic is an error even when auto-creation is on.
         ``at_offset`` places the batch at that base offset, past the log end (a gap; see
-        ``PartitionLog.append``).
+        ``PartitionLog.append``). ``forward`` (cluster mode): a partition led by another broker
+        gets the batch through this one (for clients that cannot follow a redirect) instead of
+        NotLeader.
         """
         if self.closing:
             raise BrokerShuttingDown()
@@ -567,6 +575,9 @@ class Broker:
         if not 0 <= partition < len(t.partitions):
             raise UnknownPartition(f"topic {topic} has no partition {partition}")
         part = t.partitions[partition]
+        if forward and self._led_elsewhere(part):
+            assert self.cluster is not None
+            return await self.cluster.forward_produce(topic, partition, bytes(batch), acks)
         self._check_leader(part)
         if stamp is None:
             info = part.log.append(batch, at_offset=at_offset, leader_epoch=self._epoch(part))
@@ -594,8 +605,8 @@ class Broker:
         return self.topic_flag(topic, DEDUP)
 
     async def produce_unique(self, topic: str, partition: int, ids: Sequence[int] | IdRun,
-                             build: Callable[[list[bool]], bytes], acks: Acks = Acks.LEADER
-                             ) -> ProduceResult:
+                             build: Callable[[list[bool]], bytes], acks: Acks = Acks.LEADER, *,
+                             forward: bool = False) -> ProduceResult:
         """Append, of a send whose messages carry ``ids`` (in order, none 0), only those that are not
         replays for the partition's de-duplication table (broker/dedup.py); ``build(keep)`` returns
         the batch of the kept messages, in order. The check, the append and the table update run
@@ -611,6 +622,11 @@ class Broker:
         if self.closing:
             raise BrokerShuttingDown()
         part = self.partition(topic, partition)
+        if forward and self._led_elsewhere(part):  # the leader checks the ids (see produce)
+            assert self.cluster is not None
+            count = ids.count if isinstance(ids, IdRun) else len(ids)
+            return await self.cluster.forward_produce(topic, partition, build([True] * count), acks,
+                                                      deduplicate=True)
         table = part.dedup
         if table is None:
             table = await self._dedup_table(part)

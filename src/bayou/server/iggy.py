@@ -984,7 +984,8 @@ class IggyService:
         batch = assemble_batch(frames, record_count=count, base_offset=0,
                                attributes=FORMAT_IGGY << 8, base_timestamp=ms, max_timestamp=ms,
                                producer_id=origin_base, base_sequence=sub)
-        result = await self.broker.produce(topic.topic, partition, batch, Acks.LEADER, create=False)
+        result = await self.broker.produce(topic.topic, partition, batch, Acks.LEADER, create=False,
+                                           forward=True)
         return result.base_offset
 
     async def _append_unique_frames(self, topic: TopicEntry, partition: int, frames: bytes, count: int,
@@ -1006,7 +1007,8 @@ class IggyService:
 
         run = id_run(frames, count, stride)
         ids: list[int] | IdRun = frame_ids(frames, positions) if run is None else IdRun(*run, count)
-        result = await self.broker.produce_unique(topic.topic, partition, ids, build, Acks.LEADER)
+        result = await self.broker.produce_unique(topic.topic, partition, ids, build, Acks.LEADER,
+                                                  forward=True)
         return result.base_offset
 
     async def _append_keyed(self, s: Session, stream: StreamEntry, topic: TopicEntry, partition: int,
@@ -1020,10 +1022,11 @@ class IggyService:
             def build(keep: list[bool]) -> bytes:
                 return encode_batch([r for r, k in zip(records, keep, strict=True) if k])
             ids = [r.message_id or 0 for r in records]
-            result = await self.broker.produce_unique(topic.topic, partition, ids, build, Acks.LEADER)
+            result = await self.broker.produce_unique(topic.topic, partition, ids, build, Acks.LEADER,
+                                                  forward=True)
         else:
             result = await self.broker.produce(topic.topic, partition, encode_batch(records), Acks.LEADER,
-                                               create=False)
+                                               create=False, forward=True)
         return result.base_offset
 
     async def _send_vsr(self, s: Session, body: bytes) -> bytes:

@@ -1,5 +1,6 @@
 """The replication listener (cluster mode): followers' FETCH requests, answered by the broker's
-``ClusterNode`` with the partition's stored batches (protocols/replica/codec.py)."""
+``ClusterNode`` with the partition's stored batches, and PRODUCE requests other brokers forward to
+this partition leader (protocols/replica/codec.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from bayou.broker.cluster.node import ClusterNode
-from bayou.protocols.replica.codec import Fetch, ReplicaProtocolError, decode, encode
+from bayou.protocols.replica.codec import Fetch, Produce, ReplicaProtocolError, decode, encode
 from bayou.server.base import Connection, Listener
 
 log = logging.getLogger("bayou.replica")
@@ -31,12 +32,13 @@ def replica_handler(node: ClusterNode) -> Callable[[Connection, Listener], Await
                     break
                 msg, used = decoded
                 del buf[:used]
-                if not isinstance(msg, Fetch):
+                if not isinstance(msg, Fetch | Produce):
                     log.info("closing replication connection: unexpected %s", type(msg).__name__)
                     return
                 conn.busy += 1
                 try:
-                    reply = await node.serve_fetch(msg)
+                    reply = (await node.serve_fetch(msg) if isinstance(msg, Fetch)
+                             else await node.serve_produce(msg))
                 finally:
                     conn.busy -= 1
                 conn.writer.write(encode(reply))

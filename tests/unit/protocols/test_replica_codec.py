@@ -11,6 +11,9 @@ from bayou.protocols.replica.codec import (
     Fetch,
     FetchError,
     FetchReply,
+    Produce,
+    ProduceError,
+    ProduceReply,
     ReplicaProtocolError,
     decode,
     encode,
@@ -23,11 +26,15 @@ MESSAGES = [
     FetchReply(FetchError.NONE, 7, 1200, 0, data=b"\x00" * 70),
     FetchReply(FetchError.NONE, 7, 1200, 3, 900, 5),
     FetchReply(FetchError.FENCED, 8, 0, 0),
+    Produce("orders", 3, -1, 1, b"\x01" * 61),
+    Produce("é", 0, 0, 0, b""),
+    ProduceReply(ProduceError.NONE, 10, 19, 20, 0),
+    ProduceReply(ProduceError.REJECTED, message="the batch is corrupt: é"),
 ]
 
 
 @pytest.mark.parametrize("msg", MESSAGES, ids=lambda m: type(m).__name__)
-def test_round_trip_prefixes_and_trailing_data(msg: Fetch | FetchReply) -> None:
+def test_round_trip_prefixes_and_trailing_data(msg: Fetch | FetchReply | Produce | ProduceReply) -> None:
     data = encode(msg)
     assert decode(data) == (msg, len(data))
     assert decode(data + b"\x00\x00\x00\x07\x01") == (msg, len(data))
@@ -42,6 +49,12 @@ def test_exact_bytes() -> None:
     assert encode(FetchReply(FetchError.NOT_LEADER, 2, 3, 4)) == (
         b"\x00\x00\x00\x22\x02" b"\x01" b"\x00\x00\x00\x02" b"\x00\x00\x00\x00\x00\x00\x00\x03"
         b"\x00\x00\x00\x00\x00\x00\x00\x04" b"\xff\xff\xff\xff\xff\xff\xff\xff" b"\xff\xff\xff\xff")
+    assert encode(Produce("t", 1, -1, 1, b"B")) == (
+        b"\x00\x00\x00\x0b\x03" b"\x00\x01t" b"\x00\x00\x00\x01" b"\xff" b"\x01" b"B")
+    assert encode(ProduceReply(ProduceError.NOT_LEADER, 1, 2, 3, 4, "x")) == (
+        b"\x00\x00\x00\x25\x04" b"\x01" b"\x00\x00\x00\x00\x00\x00\x00\x01"
+        b"\x00\x00\x00\x00\x00\x00\x00\x02" b"\x00\x00\x00\x00\x00\x00\x00\x03"
+        b"\x00\x00\x00\x00\x00\x00\x00\x04" b"\x00\x01x")
 
 
 @pytest.mark.parametrize("data", [
@@ -51,6 +64,11 @@ def test_exact_bytes() -> None:
     b"\x00\x00\x00\x03\x01\x00\x05",  # FETCH too short
     b"\x00\x00\x00\x02\x02\x00",  # FETCH_REPLY too short
     REPLY[:5] + b"\x09" + REPLY[6:],  # unknown error code
+    b"\x00\x00\x00\x09\x03\x00\x01t\x00\x00\x00\x01\x05\x00",  # PRODUCE acks 5
+    b"\x00\x00\x00\x09\x03\x00\x01t\x00\x00\x00\x01\x01\x02",  # PRODUCE unknown flag
+    b"\x00\x00\x00\x05\x03\x00\x01t\x00",  # PRODUCE too short
+    b"\x00\x00\x00\x02\x04\x00",  # PRODUCE_REPLY too short
+    b"\x00\x00\x00\x26\x04" + b"\x00" + b"\xff" * 32 + b"\x00\x03ab",  # message length 3, 2 bytes
 ])
 def test_bad_frames_are_the_protocol_error(data: bytes) -> None:
     with pytest.raises(ReplicaProtocolError):

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from kazoo.exceptions import NodeExistsError
 
-from bayou.broker.broker import Broker, Topic
+from bayou.broker.broker import Acks, Broker, ProduceResult, Topic
 from bayou.broker.cluster.replicaset import ReplicaSet
 from bayou.broker.cluster.state import (
     LOCKS,
@@ -50,16 +50,31 @@ from bayou.broker.cluster.state import (
 from bayou.broker.cluster.zk import Snapshot, ZkCluster
 from bayou.broker.partition import FOLLOWER, LEADER, Partition
 from bayou.errors import (
+    BayouError,
     InvalidConfig,
     InvalidPartitions,
+    InvalidRequest,
+    NotLeader,
     OffsetOutOfRange,
+    ReplicationTimeout,
     StorageError,
     TopicAlreadyExists,
     UnknownPartition,
     UnknownTopic,
 )
-from bayou.protocols.replica.codec import Fetch, FetchError, FetchReply, ReplicaProtocolError, decode, encode
-from bayou.records.batch import iter_batches
+from bayou.protocols.replica.codec import (
+    DEDUPLICATE,
+    Fetch,
+    FetchError,
+    FetchReply,
+    Produce,
+    ProduceError,
+    ProduceReply,
+    ReplicaProtocolError,
+    decode,
+    encode,
+)
+from bayou.records.batch import decode_records, encode_batch, iter_batches
 from bayou.records.hashing import fnv1a_32
 from bayou.storage.epochs import LeaderEpochCache
 from bayou.storage.fsutil import atomic_write
@@ -98,6 +113,8 @@ class ClusterNode:
         self._stopping = False
         self._passes = 0
         self._locks: dict[str, asyncio.Lock] = {}
+        # idle connections to other brokers' replication listeners, for forwarded produces
+        self._forwarders: dict[tuple[str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self._reaped_with: set[int] | None = None  # live brokers at the controller's last reap
         # From now on the broker is in cluster mode: it leads nothing until ZooKeeper says so.
         broker.cluster = self
@@ -146,6 +163,10 @@ class ClusterNode:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._fetchers.clear()
+        for conns in self._forwarders.values():
+            for _reader, writer in conns:
+                writer.close()
+        self._forwarders.clear()
         await self._run(self.zk.stop)
 
     def _on_change(self) -> None:
@@ -586,6 +607,82 @@ class ClusterNode:
                     part.notify()
                 else:
                     self._wake.set()  # someone else changed it: re-read
+
+    # -- forwarded produces (for clients that cannot follow a redirect: Iggy's) -----------------
+
+    async def forward_produce(self, topic: str, partition: int, batch: bytes, acks: Acks, *,
+                              deduplicate: bool = False) -> ProduceResult:
+        """Have the partition's leader append ``batch`` (over the replication listener) and return
+        its answer; NotLeader when no live broker leads the partition (or the leader went away)."""
+        reg, _epoch = self.partition_leader(topic, partition)
+        if reg is None or reg.broker_id == self.me or reg.address(REPLICATION) is None:
+            raise NotLeader("no other broker leads this partition now")
+        host, port = reg.address(REPLICATION)  # type: ignore[misc]
+        req = Produce(topic, partition, int(acks), DEDUPLICATE if deduplicate else 0, batch)
+        timeout = self.broker.config.ack_all_timeout_ms / 1000 + 10
+        idle = self._forwarders.setdefault((host, port), [])
+        while True:
+            reused = bool(idle)
+            try:
+                reader, writer = idle.pop() if idle else await asyncio.wait_for(
+                    asyncio.open_connection(host, port), 5)
+            except (OSError, TimeoutError):
+                raise NotLeader("the partition's leader cannot be reached") from None
+            got = b""
+            try:
+                writer.write(encode(req))
+                await writer.drain()
+                got = await asyncio.wait_for(reader.readexactly(5), timeout)
+                got += await asyncio.wait_for(reader.readexactly(int.from_bytes(got[:4], "big") - 1),
+                                              timeout)
+                decoded = decode(got)
+                if decoded is None or not isinstance(decoded[0], ProduceReply):
+                    raise ReplicaProtocolError("expected a PRODUCE_REPLY")
+                break
+            except (OSError, EOFError, TimeoutError, ReplicaProtocolError):
+                writer.close()
+                if reused and not got:
+                    continue  # an idle connection the leader had closed: once more on a new one
+                raise NotLeader("the partition's leader did not answer") from None
+        idle.append((reader, writer))
+        reply = decoded[0]
+        if reply.error == ProduceError.NONE:
+            return ProduceResult(partition, reply.base_offset, reply.last_offset, reply.high_watermark,
+                                 reply.log_start_offset)
+        error: type[BayouError] = {
+            ProduceError.NOT_LEADER: NotLeader, ProduceError.REPLICATION_TIMEOUT: ReplicationTimeout,
+            ProduceError.UNKNOWN_TOPIC: UnknownTopic, ProduceError.UNKNOWN_PARTITION: UnknownPartition,
+        }.get(reply.error, InvalidRequest)
+        raise error(reply.message or None)
+
+    async def serve_produce(self, req: Produce) -> ProduceReply:
+        """Another broker's forwarded produce, appended here if this broker leads the partition."""
+        acks = Acks(req.acks)
+        try:
+            if req.flags & DEDUPLICATE:
+                records = [r for pos, _h in iter_batches(req.batch) for r in decode_records(req.batch, pos)]
+
+                def build(keep: list[bool]) -> bytes:
+                    if all(keep):
+                        return req.batch
+                    return encode_batch([r for r, k in zip(records, keep, strict=True) if k])
+
+                result = await self.broker.produce_unique(
+                    req.topic, req.partition, [r.message_id or 0 for r in records], build, acks)
+            else:
+                result = await self.broker.produce(req.topic, req.partition, req.batch, acks, create=False)
+        except NotLeader:
+            return ProduceReply(ProduceError.NOT_LEADER, message="not the partition's leader")
+        except ReplicationTimeout as exc:
+            return ProduceReply(ProduceError.REPLICATION_TIMEOUT, message=exc.message)
+        except UnknownTopic as exc:
+            return ProduceReply(ProduceError.UNKNOWN_TOPIC, message=exc.message)
+        except UnknownPartition as exc:
+            return ProduceReply(ProduceError.UNKNOWN_PARTITION, message=exc.message)
+        except BayouError as exc:
+            return ProduceReply(ProduceError.REJECTED, message=exc.message)
+        return ProduceReply(ProduceError.NONE, result.base_offset, result.last_offset,
+                            result.high_watermark, result.log_start_offset)
 
     # -- leader side of replication ----------------------------------------------------------
 

@@ -15,6 +15,20 @@ FETCH_REPLY (kind 2), leader -> follower::
     u8 error, i32 leader epoch, i64 high watermark (exclusive), i64 log start offset,
     i64 diverging end offset (-1: none), i32 diverging epoch, then the stored batches as they are
 
+PRODUCE (kind 3), any broker -> the partition's leader (a send taken by a broker that does not
+lead the partition, forwarded for clients that cannot follow a redirect)::
+
+    u16 topic length, topic (UTF-8), u32 partition, i8 acks (0, 1, -1 = all), u8 flags (bit 0:
+    de-duplicate by the records' message ids), then one stored record batch as it is
+
+PRODUCE_REPLY (kind 4), leader -> broker::
+
+    u8 error, i64 base offset, i64 last offset, i64 high watermark, i64 log start offset,
+    u16 message length, message (UTF-8: the error's text)
+
+Produce errors: NONE, NOT_LEADER, REPLICATION_TIMEOUT (acks=all not met in time), UNKNOWN_TOPIC,
+UNKNOWN_PARTITION, REJECTED (any other refusal; the message says why).
+
 A reply with a diverging end offset says the follower's log diverged from the leader's after
 that offset (KIP-320's diverging epoch): the follower truncates there and fetches again. Errors:
 NONE, NOT_LEADER (this broker does not lead the partition in that epoch), FENCED (the follower's
@@ -35,6 +49,9 @@ _LEN = struct.Struct(">IB")
 _FETCH = struct.Struct(">IiiqiII")
 _REPLY = struct.Struct(">Biqqqi")
 _U16 = struct.Struct(">H")
+_PRODUCE = struct.Struct(">IbB")
+_PRODUCE_REPLY = struct.Struct(">BqqqqH")
+DEDUPLICATE = 0x01
 
 
 class ReplicaProtocolError(Exception):
@@ -44,6 +61,17 @@ class ReplicaProtocolError(Exception):
 class Kind(enum.IntEnum):
     FETCH = 1
     FETCH_REPLY = 2
+    PRODUCE = 3
+    PRODUCE_REPLY = 4
+
+
+class ProduceError(enum.IntEnum):
+    NONE = 0
+    NOT_LEADER = 1
+    REPLICATION_TIMEOUT = 2
+    UNKNOWN_TOPIC = 3
+    UNKNOWN_PARTITION = 4
+    REJECTED = 5
 
 
 class FetchError(enum.IntEnum):
@@ -77,10 +105,38 @@ class FetchReply:
     data: bytes = b""
 
 
-Message = Fetch | FetchReply
+@dataclass(frozen=True, slots=True)
+class Produce:
+    topic: str
+    partition: int
+    acks: int
+    flags: int
+    batch: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceReply:
+    error: ProduceError
+    base_offset: int = -1
+    last_offset: int = -1
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    message: str = ""
+
+
+Message = Fetch | FetchReply | Produce | ProduceReply
 
 
 def encode(msg: Message) -> bytes:
+    if isinstance(msg, Produce):
+        name = msg.topic.encode()
+        body = _U16.pack(len(name)) + name + _PRODUCE.pack(msg.partition, msg.acks, msg.flags) + msg.batch
+        return _LEN.pack(len(body) + 1, Kind.PRODUCE) + body
+    if isinstance(msg, ProduceReply):
+        text = msg.message.encode()[:0xFFFF]
+        body = _PRODUCE_REPLY.pack(msg.error, msg.base_offset, msg.last_offset, msg.high_watermark,
+                                   msg.log_start_offset, len(text)) + text
+        return _LEN.pack(len(body) + 1, Kind.PRODUCE_REPLY) + body
     if isinstance(msg, Fetch):
         name = msg.topic.encode()
         body = (_U16.pack(len(name)) + name
@@ -121,6 +177,23 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[Message, int] | None:
             error, epoch, hw, start, div_end, div_epoch = _REPLY.unpack_from(body, 0)
             reply = FetchReply(FetchError(error), epoch, hw, start, div_end, div_epoch, body[_REPLY.size :])
             return reply, end
+        if kind == Kind.PRODUCE:
+            (n,) = _U16.unpack_from(body, 0)
+            if 2 + n + _PRODUCE.size > len(body):
+                raise ReplicaProtocolError("PRODUCE body too short")
+            topic = body[2 : 2 + n].decode()
+            partition, acks, flags = _PRODUCE.unpack_from(body, 2 + n)
+            if partition > 0x7FFF_FFFF or acks not in (0, 1, -1) or flags & ~DEDUPLICATE:
+                raise ReplicaProtocolError("PRODUCE with a bad partition, acks or flags")
+            return Produce(topic, partition, acks, flags, body[2 + n + _PRODUCE.size :]), end
+        if kind == Kind.PRODUCE_REPLY:
+            if len(body) < _PRODUCE_REPLY.size:
+                raise ReplicaProtocolError("PRODUCE_REPLY body too short")
+            error, base, last, hw, start, n = _PRODUCE_REPLY.unpack_from(body, 0)
+            if _PRODUCE_REPLY.size + n != len(body):
+                raise ReplicaProtocolError("PRODUCE_REPLY body has the wrong size")
+            text = body[_PRODUCE_REPLY.size :].decode()
+            return ProduceReply(ProduceError(error), base, last, hw, start, text), end
     except (struct.error, UnicodeDecodeError, ValueError) as exc:
         raise ReplicaProtocolError(f"malformed frame: {exc}") from None
     raise ReplicaProtocolError(f"unknown frame kind {kind}")
