@@ -293,10 +293,9 @@ class Broker:
         overrides = {**log_keys, **broker_keys}
         if self.cluster is not None and not from_cluster:
             existing = self.topics.get(name)
-            if existing is not None:
-                if exist_ok:
-                    return existing
-                raise TopicAlreadyExists(f"topic {name} already exists")
+            if existing is not None and exist_ok:
+                return existing
+            # ZooKeeper decides whether it exists: a local copy may be of a topic just deleted
             return await self.cluster.create_topic(name, n, overrides, exist_ok=exist_ok)
         async with self._admin_lock:
             existing = self.topics.get(name)

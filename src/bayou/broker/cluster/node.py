@@ -32,7 +32,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import LockTimeout, NodeExistsError
 
 from bayou.broker.broker import Acks, Broker, ProduceResult, Topic
 from bayou.broker.cluster.replicaset import ReplicaSet
@@ -217,9 +217,10 @@ class ClusterNode:
         snap = await self._run(self.zk.snapshot)
         live = sorted(snap.brokers)
         if name in snap.topics:
+            topic_id = snap.topics[name].config.get(TOPIC_ID)
             if not exist_ok:  # raised once this broker has opened it, so the caller can use it
                 with contextlib.suppress(UnknownTopic):
-                    await self._await_local(name, timeout=5.0)
+                    await self._await_local(name, timeout=5.0, topic_id=topic_id)
                 raise TopicAlreadyExists(f"topic {name} already exists")
         else:
             explicit = config.get("replication.factor")
@@ -231,16 +232,19 @@ class ClusterNode:
                 replicas = assign_replicas(live, partitions, rf, start=random.randrange(max(1, len(live))))
             except ValueError as exc:
                 raise InvalidConfig(str(exc)) from None
+            topic_id = uuid.uuid4().hex
             assignment = TopicAssignment(replicas, {**config, "replication.factor": str(rf),
-                                                    TOPIC_ID: uuid.uuid4().hex})
+                                                    TOPIC_ID: topic_id})
             states = {p: initial_state(r, set(live)) for p, r in replicas.items()}
             try:
                 await self._run(self.zk.create_topic, name, assignment, states)
             except NodeExistsError:
                 if not exist_ok:
                     raise TopicAlreadyExists(f"topic {name} already exists") from None
-            log.info("created topic %s in the cluster: %s", name, replicas)
-        return await self._await_local(name)
+                topic_id = None  # made by another broker at the same moment: whichever it is
+            else:
+                log.info("created topic %s in the cluster: %s", name, replicas)
+        return await self._await_local(name, topic_id=topic_id)
 
     async def add_partitions(self, name: str, total: int) -> Topic:
         """Grow a topic in the cluster (new partitions spread over the live brokers); returns once
@@ -268,11 +272,14 @@ class ClusterNode:
         return await self._await_local(name, partitions=keep, exact=True)
 
     async def _await_local(self, name: str, timeout: float = 15.0, partitions: int = 0,
-                           exact: bool = False) -> Topic:
+                           exact: bool = False, topic_id: str | None = None) -> Topic:
+        """The local copy of ``name`` once it has the partitions (and, given ``topic_id``, is that
+        incarnation of the topic, not an older copy still being dropped) and their states."""
         deadline = time.monotonic() + timeout
         while True:
             topic = self.broker.topics.get(name)
             if (topic is not None and len(topic.partitions) >= partitions
+                    and (topic_id is None or topic.meta.config.get(TOPIC_ID) == topic_id)
                     and (not exact or len(topic.partitions) == partitions)
                     and all(p.cluster is not None for p in topic.partitions)):
                 return topic
@@ -378,7 +385,11 @@ class ClusterNode:
         local = self._locks.setdefault(name, asyncio.Lock())
         async with local:
             lock = self.zk.lock(f"{LOCKS}/{name}")
-            if not await self._run(lock.acquire, True, timeout):
+            try:
+                acquired = await self._run(lock.acquire, True, timeout)
+            except LockTimeout:
+                acquired = False
+            if not acquired:
                 raise StorageError(f"the cluster lock {name} was not free within {timeout:.0f} s")
             try:
                 yield
