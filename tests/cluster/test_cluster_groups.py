@@ -366,3 +366,38 @@ def test_iggy_sends_reach_every_partition_through_one_broker(cluster: Cluster) -
     for i, b in cluster.brokers.items():
         cluster.wait(lambda b=b: all(v1(b.port, f"V1|1|CONSUME|spread {p} 0").count(":") == 10
                                      for p in range(3)), 10, f"every record on broker {i}")
+
+
+def test_a_partition_removed_and_added_again_starts_empty_everywhere(cluster: Cluster) -> None:
+    """Broker 3 is down while partition 2 is removed and added again: back up, it serves the new,
+    empty partition 2, never its copy of the old one (ZooKeeper's removal history tells it which
+    local partitions are of a removed incarnation; the new leader's log would cut them too)."""
+    from bayou.protocols.iggy import messages as im
+    from support.iggy import legacy_login
+
+    topic = "reborn"
+    ok(v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 3 3"))
+    cluster.wait(lambda: all(len(cluster.isr(topic, p)) == 3 for p in range(3)), 30, "full ISRs")
+    leader = cluster.brokers[cluster.leader(topic, 2)]
+    for _ in range(3):
+        assert cursus_produce(leader.cursus_port, topic, 2).startswith(b'{"status":"OK"')
+    b3 = cluster.brokers[3]
+    cluster.wait(lambda: v1(b3.port, f"V1|2|CONSUME|{topic} 2 0").count(":") == 3, 10, "broker 3's copy")
+    b3.kill()
+    ident = (im.Identifier("default"), im.Identifier(topic))
+
+    async def iggy(req: object) -> int:
+        conn = await legacy_login(cluster.brokers[1].iggy_port)
+        try:
+            return int((await conn.ask(req)).status)  # type: ignore[arg-type]
+        finally:
+            await conn.close()
+
+    assert asyncio.run(iggy(im.DeletePartitions(*ident, 1))) == 0
+    assert asyncio.run(iggy(im.CreatePartitions(*ident, 1))) == 0
+    b3.start(timeout=60)
+    cluster.wait(lambda: 3 in cluster.live(), 30, "broker 3 back")
+    for i, b in cluster.brokers.items():
+        cluster.wait(lambda b=b: v1(b.port, f"V1|3|CONSUME|{topic} 2 0") == "V1|3|OK|messages= hw=-1",
+                     15, f"an empty partition 2 on broker {i}")
+    cluster.wait(lambda: len(cluster.isr(topic, 2)) == 3, 30, "broker 3 in the new partition's ISR")

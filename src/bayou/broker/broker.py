@@ -61,6 +61,7 @@ BROKER_TOPIC_KEYS = {
     "replication.factor": int,
     "min.insync.replicas": int,  # acks=all needs this many in-sync replicas (cluster mode)
     "cluster.topic.id": str,  # cluster mode: which incarnation of the topic (set by the cluster)
+    "cluster.partitions.removed": str,  # cluster mode: every removal of partitions (set by the cluster)
     "idempotent": bool,  # de-duplicate producer sequences (Cursus ``idempotent=true``)
     "event.sourcing": bool,  # Cursus event-sourcing topic (aggregate streams, snapshots)
     # Message de-duplication by id (Iggy sends; broker/dedup.py, Broker.produce_unique)
@@ -391,6 +392,19 @@ class Broker:
                 f"topic {name} has {len(topic.partitions)} partitions; the new count must be larger")
         if self.cluster is not None and not from_cluster:
             return await self.cluster.add_partitions(name, total)
+        return await self._add_partitions(name, total, from_cluster)
+
+    async def grow_partitions(self, name: str, more: int) -> Topic:
+        """Add ``more`` partitions (Iggy CREATE_PARTITIONS); cluster mode counts from ZooKeeper's
+        partition count, which this broker's copy may lag."""
+        have = len(self.topic(name).partitions)
+        if more < 1 or have + more > MAX_PARTITIONS:
+            raise InvalidPartitions(f"cannot add {more} partitions to the {have} of topic {name}")
+        if self.cluster is not None:
+            return await self.cluster.add_partitions(name, None, more)
+        return await self._add_partitions(name, have + more, False)
+
+    async def _add_partitions(self, name: str, total: int, from_cluster: bool) -> Topic:
         async with self._admin_lock:
             topic = self.topic(name)
             have = len(topic.partitions)
@@ -426,7 +440,7 @@ class Broker:
             raise InvalidPartitions(
                 f"topic {name} has {have} partitions: can remove 1 to {have - 1}, not {count}")
         if self.cluster is not None and not from_cluster:
-            return await self.cluster.remove_partitions(name, have - count)
+            return await self.cluster.remove_partitions(name, count)
         async with self._admin_lock:
             topic = self.topic(name)
             have = len(topic.partitions)
@@ -903,6 +917,15 @@ class Broker:
             await self._groups_file.save()
         return self.groups.describe(group)
 
+    async def forget_shared_partitions(self, topic: str, keep: int) -> None:
+        """Cluster mode, partitions ``keep`` and beyond of ``topic`` are gone: the shared groups on
+        it (kept in ZooKeeper) drop them from their assignments, once, by the broker that removed
+        them (every broker drops its own copy's when it removes the partitions)."""
+        assert self.cluster is not None
+        for group, (policy, bound) in (await self.cluster.shared_groups()).items():
+            if bound == topic and policy != CURSUS_POLICY.name:
+                await self._in_cluster(group, lambda: self.groups.forget_partitions(topic, keep))
+
     async def current_group(self, group: str) -> GroupDescription:
         """The group as it is now: in cluster mode a shared group is read from ZooKeeper (another
         broker's members may have changed it), otherwise as ``describe_group``."""
@@ -1049,13 +1072,12 @@ class Broker:
             await self._offsets_file.save()
 
     async def delete_committed_offset(self, group: str, topic: str, partition: int) -> bool:
-        if self.groups.committed(group, topic, partition) is None:
+        if await self.current_committed_offset(group, topic, partition) is None:
             return False
         if self.cluster is not None:  # the cluster's copy first, as for commits
             self._offset_written((group, topic, partition))
             await self.cluster.forget_offset(group, topic, partition)
-        if not self.groups.delete_offset(group, topic, partition):
-            return False
+        self.groups.delete_offset(group, topic, partition)
         await self._offsets_file.save()
         return True
 

@@ -111,6 +111,7 @@ log = logging.getLogger("bayou.iggy")
 # Cluster mode: the Iggy catalog (streams, topics, consumer groups) and users are JSON documents in
 # ZooKeeper that every broker serves; the commands that change them run under a cluster lock.
 CATALOG_DOC = "iggy/catalog"
+SHARED_LOCK = "iggy"
 USERS_DOC = "iggy/users"
 SHARED_CHANGES = frozenset({
     Command.CREATE_STREAM, Command.DELETE_STREAM, Command.UPDATE_STREAM, Command.PURGE_STREAM,
@@ -199,12 +200,15 @@ class IggyService:
 
     async def start(self) -> None:
         """Load the catalog and users (once; every connection awaits the same start)."""
-        if self._starting is None:
-            self._starting = asyncio.get_running_loop().create_task(self._start())
+        if self._starting is None or (self._starting.done() and (
+                self._starting.cancelled() or self._starting.exception() is not None)):
+            self._starting = asyncio.get_running_loop().create_task(self._start())  # (again)
         await asyncio.shield(self._starting)
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
+        if self.broker.cluster is not None:  # listeners open before the broker joins the cluster
+            await self.broker.cluster.started.wait()
         await loop.run_in_executor(None, self._load)
         if self.broker.cluster is not None:
             # Client ids (= group member ids) carry the broker id, so that the cluster can drop
@@ -369,6 +373,9 @@ class IggyService:
         cluster = self.broker.cluster
         assert cluster is not None
         changed = False
+        if not _HOLDING_SHARED.get() and cluster.is_locked(SHARED_LOCK):
+            return False  # a change is being made here: it writes the copies (replacing them now
+            # would leave it changing orphaned objects)
         for name, target in ((CATALOG_DOC, self.catalog), (USERS_DOC, self.users)):
             seen = cluster.doc_changes(name)
             if not force and self._doc_seen.get(name) == seen:
@@ -392,7 +399,7 @@ class IggyService:
             return
         cluster = self.broker.cluster
         assert cluster is not None
-        async with cluster.exclusive("iggy"):
+        async with cluster.exclusive(SHARED_LOCK):
             token = _HOLDING_SHARED.set(True)
             try:
                 await self._refresh_shared(force=True)
@@ -931,7 +938,7 @@ class IggyService:
         have = self.broker.partition_count(topic.topic)
         if not req.partitions_count >= 1 or have + req.partitions_count > MAX_PARTITIONS:
             raise IggyError(Status.INVALID_PARTITIONS_COUNT, f"{req.partitions_count} partitions")
-        await self.broker.add_partitions(topic.topic, have + req.partitions_count)
+        await self.broker.grow_partitions(topic.topic, req.partitions_count)
         await self._resplit_size(topic)
 
     async def _delete_partitions(self, s: Session, req: m.DeletePartitions) -> None:

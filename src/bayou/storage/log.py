@@ -544,11 +544,11 @@ class PartitionLog:
     def delete_segments_below(self, offset: int) -> int:
         """Delete the oldest segments whose records all lie below ``offset`` (a follower taking
         its leader's log start), never the active one. Returns how many."""
-        with self._lock:
+        with self._lock:  # an RLock: counted and deleted in one step (retention may run meanwhile)
             count = 0
             while count + 1 < len(self.segments) and self._bases[count + 1] <= offset:
                 count += 1
-        return self.delete_oldest_segments(count) if count else 0
+            return self.delete_oldest_segments(count) if count else 0
 
     def _bury(self, seg: Segment) -> None:
         seg.delete(close=False)

@@ -125,3 +125,14 @@ def test_a_follower_too_many_records_behind_leaves_at_once() -> None:
     assert rs.wanted_isr(100, 30.0, {1, 2}) == (1, 2)
     assert rs.wanted_isr(100, 30.0, {1, 2}, max_lag_records=40) == (1,)
     assert rs.wanted_isr(100, 30.0, {1, 2}, max_lag_records=60) == (1, 2)
+
+
+def test_partitions_to_drop_after_missed_removals() -> None:
+    from bayou.broker.cluster.state import partitions_to_drop
+
+    assert partitions_to_drop(None, None) is None
+    assert partitions_to_drop('[["a", 3]]', '[["a", 3]]') is None  # seen
+    assert partitions_to_drop('[["a", 3]]', None) == 3
+    # two removals missed (to 3, then to 2, partitions added between): everything from 2 goes
+    assert partitions_to_drop('[["a", 5], ["b", 3], ["c", 2]]', '[["a", 5]]') == 2
+    assert partitions_to_drop('[["a", 1], ["b", 4]]', '[["a", 1]]') == 4

@@ -32,13 +32,21 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-from kazoo.exceptions import LockTimeout, NodeExistsError
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    LockTimeout,
+    NodeExistsError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
 
 from bayou.broker.broker import Acks, Broker, ProduceResult, Topic
 from bayou.broker.cluster.replicaset import ReplicaSet
 from bayou.broker.cluster.state import (
     LOCKS,
     NO_LEADER,
+    PARTITIONS_REMOVED,
     BrokerRegistration,
     PartitionState,
     TopicAssignment,
@@ -46,10 +54,12 @@ from bayou.broker.cluster.state import (
     assign_replicas,
     initial_state,
     member_broker,
+    partitions_to_drop,
 )
 from bayou.broker.cluster.zk import Snapshot, ZkCluster
 from bayou.broker.partition import FOLLOWER, LEADER, Partition
 from bayou.errors import (
+    REGISTRY,
     BayouError,
     InvalidConfig,
     InvalidPartitions,
@@ -86,6 +96,7 @@ REPLICATION = "replication"  # the endpoint name of the replication listener
 TOPIC_ID = "cluster.topic.id"  # topic config: which incarnation of a topic (a fresh uuid per creation)
 CLUSTER_FILE = "cluster.json"  # in the data directory: the cluster it joined
 FETCH_MAX_BYTES = 8 << 20
+MAX_IDLE_FORWARDERS = 4  # idle connections kept per leader for forwarded produces
 FULL_READ_EVERY = 20  # passes (of tick_s) between full reads of ZooKeeper without a watch firing
 FETCH_MAX_WAIT_MS = 500
 
@@ -110,6 +121,7 @@ class ClusterNode:
         self._fetchers: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._known_topics: set[str] = set()
         self._synced = asyncio.Event()
+        self.started = asyncio.Event()  # joined: registered, reaped, first reconcile done
         self._stopping = False
         self._passes = 0
         self._locks: dict[str, asyncio.Lock] = {}
@@ -132,6 +144,7 @@ class ClusterNode:
         await self._reap_members(live)
         self._task = self._loop.create_task(self._reconcile_loop(), name="cluster-reconcile")
         await asyncio.wait_for(self._synced.wait(), 60)
+        self.started.set()
 
     def _accept_cluster(self, cluster_id: str) -> None:
         """Kafka's meta.properties check: a data directory that has joined a cluster joins only
@@ -176,7 +189,12 @@ class ClusterNode:
             loop.call_soon_threadsafe(self._wake.set)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.broker._io, fn, *args)
+        """``fn`` (blocking kazoo calls) in a worker thread; ZooKeeper being unreachable is a
+        retriable StorageError that every front end answers with its error."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.broker._io, fn, *args)
+        except (ConnectionLoss, SessionExpiredError, ConnectionClosedError, KazooTimeoutError) as exc:
+            raise StorageError(f"ZooKeeper is unreachable now ({type(exc).__name__})") from None
 
     # -- what other parts of the broker ask ---------------------------------------------------
 
@@ -246,29 +264,30 @@ class ClusterNode:
                 log.info("created topic %s in the cluster: %s", name, replicas)
         return await self._await_local(name, topic_id=topic_id)
 
-    async def add_partitions(self, name: str, total: int) -> Topic:
-        """Grow a topic in the cluster (new partitions spread over the live brokers); returns once
-        this broker has opened them and knows their state."""
+    async def add_partitions(self, name: str, total: int | None, more: int = 0) -> Topic:
+        """Grow a topic in the cluster to ``total`` partitions, or by ``more`` (new partitions
+        spread over the live brokers); returns once this broker has opened them."""
         try:
             new = await self._run(self.zk.add_partitions, name, total,
-                                  random.randrange(max(1, len(self.live_brokers()))))
+                                  random.randrange(max(1, len(self.live_brokers()))), more)
         except LookupError:
             raise UnknownTopic(f"unknown topic {name}") from None
         except ValueError as exc:
             raise InvalidPartitions(str(exc)) from None
         log.info("added partitions to topic %s in the cluster: %s", name, new)
-        return await self._await_local(name, partitions=total)
+        return await self._await_local(name, partitions=max(new) + 1)
 
-    async def remove_partitions(self, name: str, keep: int) -> Topic:
-        """Shrink a topic in the cluster to its first ``keep`` partitions; returns once this broker
-        has removed the others."""
+    async def remove_partitions(self, name: str, count: int) -> Topic:
+        """Remove a topic's last ``count`` partitions in the cluster; returns once this broker has
+        removed them."""
         try:
-            await self._run(self.zk.remove_partitions, name, keep)
+            keep = await self._run(self.zk.remove_partitions, name, count)
         except LookupError:
             raise UnknownTopic(f"unknown topic {name}") from None
         except ValueError as exc:
             raise InvalidPartitions(str(exc)) from None
         log.info("removed partitions %d and beyond of topic %s in the cluster", keep, name)
+        await self.broker.forget_shared_partitions(name, keep)
         return await self._await_local(name, partitions=keep, exact=True)
 
     async def _await_local(self, name: str, timeout: float = 15.0, partitions: int = 0,
@@ -379,6 +398,11 @@ class ClusterNode:
         """How many changes of the document this broker has seen announced (a watch count)."""
         return self.zk.doc_changes.get(f"/{name}", 0)
 
+    def is_locked(self, name: str) -> bool:
+        """Whether a coroutine of this broker holds (or is taking) the cluster lock ``name``."""
+        local = self._locks.get(name)
+        return local is not None and local.locked()
+
     @contextlib.asynccontextmanager
     async def exclusive(self, name: str, timeout: float = 15.0) -> AsyncIterator[None]:
         """Hold the cluster-wide lock ``name`` (one holder in the whole cluster)."""
@@ -396,6 +420,10 @@ class ClusterNode:
             finally:
                 await self._run(lock.release)
 
+    async def shared_groups(self) -> dict[str, tuple[str, str]]:
+        """The groups kept in ZooKeeper: name -> (policy, topic)."""
+        return await self._run(self.zk.shared_groups)
+
     async def _reap_members(self, alive: set[int]) -> None:
         """Drop the connection-bound members (Iggy's) handed out by brokers not in ``alive``: their
         connections are gone with them, so their partitions go to the members left."""
@@ -403,7 +431,7 @@ class ClusterNode:
             b = member_broker(member)
             return b is not None and b not in alive
 
-        for group, policy in (await self._run(self.zk.group_policies)).items():
+        for group, (policy, _topic) in (await self.shared_groups()).items():
             if policy == "iggy":
                 try:
                     await self.broker.drop_group_members(group, gone)
@@ -510,6 +538,10 @@ class ClusterNode:
                     log.info("dropping the local copy of an older incarnation of topic %s", name)
                     await self._drop_local(name)
                     local = None
+                if local is not None and (assignment.config.get(PARTITIONS_REMOVED)
+                                          != local.meta.config.get(PARTITIONS_REMOVED)):
+                    await self._drop_removed(local, assignment)
+                    local = self.broker.topics.get(name)
                 if local is None:
                     await self.broker.create_topic(name, len(assignment.partitions), assignment.config,
                                                    exist_ok=True, from_cluster=True)
@@ -531,6 +563,19 @@ class ClusterNode:
                 await self._drop_local(name)
             except Exception:
                 log.exception("cannot drop topic %s; retrying", name)
+
+    async def _drop_removed(self, local: Topic, assignment: TopicAssignment) -> None:
+        """Partitions were removed since this copy last looked (maybe added again since): drop
+        the local copies of every removed index, then remember the removals seen."""
+        name = local.meta.name
+        history = assignment.config.get(PARTITIONS_REMOVED)
+        first = partitions_to_drop(history, local.meta.config.get(PARTITIONS_REMOVED))
+        if first is not None and len(local.partitions) > first:
+            for part in local.partitions[first:]:
+                self._stop_fetcher((name, part.index))
+                await self._run(self._detach, part)
+            await self.broker.remove_partitions(name, len(local.partitions) - first, from_cluster=True)
+        await self.broker.alter_topic_config(name, {PARTITIONS_REMOVED: history})
 
     async def _drop_local(self, name: str) -> None:
         topic = self.broker.topics.get(name)
@@ -650,12 +695,23 @@ class ClusterNode:
                 if decoded is None or not isinstance(decoded[0], ProduceReply):
                     raise ReplicaProtocolError("expected a PRODUCE_REPLY")
                 break
-            except (OSError, EOFError, TimeoutError, ReplicaProtocolError):
+            except (OSError, EOFError) as exc:
                 writer.close()
-                if reused and not got:
-                    continue  # an idle connection the leader had closed: once more on a new one
+                if reused and not got and isinstance(exc, ConnectionError | EOFError):
+                    # an idle connection the leader had closed before reading the request: once
+                    # more on a new one (a timeout is not retried: the leader may have appended)
+                    continue
                 raise NotLeader("the partition's leader did not answer") from None
-        idle.append((reader, writer))
+            except asyncio.CancelledError:
+                writer.close()  # half a request may be on it: never reuse it
+                raise
+            except (TimeoutError, ReplicaProtocolError):
+                writer.close()
+                raise NotLeader("the partition's leader did not answer") from None
+        if len(idle) < MAX_IDLE_FORWARDERS:
+            idle.append((reader, writer))
+        else:
+            writer.close()
         reply = decoded[0]
         if reply.error == ProduceError.NONE:
             return ProduceResult(partition, reply.base_offset, reply.last_offset, reply.high_watermark,
@@ -664,7 +720,12 @@ class ClusterNode:
             ProduceError.NOT_LEADER: NotLeader, ProduceError.REPLICATION_TIMEOUT: ReplicationTimeout,
             ProduceError.UNKNOWN_TOPIC: UnknownTopic, ProduceError.UNKNOWN_PARTITION: UnknownPartition,
         }.get(reply.error, InvalidRequest)
-        raise error(reply.message or None)
+        message = reply.message
+        if reply.error == ProduceError.REJECTED:  # "CODE: message": the leader's own error
+            code, _sep, rest = message.partition(": ")
+            if code in REGISTRY:
+                error, message = REGISTRY[code], rest
+        raise error(message or None)
 
     async def serve_produce(self, req: Produce) -> ProduceReply:
         """Another broker's forwarded produce, appended here if this broker leads the partition."""
@@ -691,7 +752,7 @@ class ClusterNode:
         except UnknownPartition as exc:
             return ProduceReply(ProduceError.UNKNOWN_PARTITION, message=exc.message)
         except BayouError as exc:
-            return ProduceReply(ProduceError.REJECTED, message=exc.message)
+            return ProduceReply(ProduceError.REJECTED, message=f"{exc.code}: {exc.message}")
         return ProduceReply(ProduceError.NONE, result.base_offset, result.last_offset,
                             result.high_watermark, result.log_start_offset)
 

@@ -31,6 +31,7 @@ CONTROLLER = "/controller"
 TOPICS = "/topics"
 GROUPS = "/groups"
 LOCKS = "/locks"
+PARTITIONS_REMOVED = "cluster.partitions.removed"  # topic config: [[removal id, partitions kept], ...]
 NO_LEADER = -1
 
 
@@ -168,4 +169,12 @@ def connection_member_base(broker_id: int) -> int:
 def member_broker(member: str) -> int | None:
     """The broker a connection-bound member id was handed out by (None if not such an id)."""
     return int(member) >> MEMBER_BROKER_SHIFT if member.isascii() and member.isdigit() else None
+
+
+def partitions_to_drop(zk_history: str | None, local_history: str | None) -> int | None:
+    """Given a topic's removal history in ZooKeeper and the one a broker's copy has seen, the first
+    partition index whose local copy is of a removed incarnation (None: nothing to drop)."""
+    seen = {rid for rid, _keep in json.loads(local_history or "[]")}
+    missed = [int(keep) for rid, keep in json.loads(zk_history or "[]") if rid not in seen]
+    return min(missed) if missed else None
 

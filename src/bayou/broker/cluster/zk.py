@@ -27,6 +27,7 @@ from bayou.broker.cluster.state import (
     CLUSTER_ID,
     CONTROLLER,
     GROUPS,
+    PARTITIONS_REMOVED,
     TOPICS,
     BrokerRegistration,
     PartitionState,
@@ -249,8 +250,10 @@ class ZkCluster:
             if isinstance(r, Exception):
                 raise r
 
-    def add_partitions(self, name: str, total: int, start: int) -> dict[int, list[int]]:
-        """Grow a topic to ``total`` partitions: the new ones assigned over the live brokers with
+    def add_partitions(self, name: str, total: int | None, start: int, more: int = 0
+                       ) -> dict[int, list[int]]:
+        """Grow a topic to ``total`` partitions (or by ``more``, counted from ZooKeeper's count, not
+        a broker's copy that may be behind): the new ones assigned over the live brokers with
         the topic's replication factor, the topic node (compare-and-set) and their first states in
         one transaction. Returns the new partitions' replicas; raises LookupError for an unknown
         topic, ValueError for a count that does not grow it or too few live brokers."""
@@ -262,7 +265,8 @@ class ZkCluster:
                 raise LookupError(name) from None
             assignment = TopicAssignment.from_json(data)
             have = len(assignment.partitions)
-            if total <= have:
+            total = have + more if more else total
+            if total is None or total <= have:
                 raise ValueError(f"topic {name} has {have} partitions; the new count must be larger")
             live = sorted(int(b) for b in self.zk.get_children(BROKERS))
             rf = int(assignment.config.get("replication.factor") or assignment.replication_factor)
@@ -281,10 +285,11 @@ class ZkCluster:
                     raise r
             return new
 
-    def remove_partitions(self, name: str, keep: int) -> None:
-        """Shrink a topic to its first ``keep`` partitions: the topic node (compare-and-set) and
-        the removed partitions' state nodes in one transaction, then every group's committed
-        offsets on them. Raises LookupError for an unknown topic, ValueError for a bad count."""
+    def remove_partitions(self, name: str, count: int) -> int:
+        """Remove a topic's last ``count`` partitions (of ZooKeeper's count): the topic node
+        (compare-and-set) and the removed partitions' state nodes in one transaction, then every
+        group's committed offsets on them. Returns how many stay. Raises LookupError for an unknown
+        topic, ValueError for a bad count."""
         path = topic_path(name)
         while True:
             try:
@@ -293,10 +298,15 @@ class ZkCluster:
                 raise LookupError(name) from None
             assignment = TopicAssignment.from_json(data)
             have = len(assignment.partitions)
-            if not 1 <= keep < have:
+            keep = have - count
+            if not 1 <= count < have:
                 raise ValueError(f"topic {name} has {have} partitions: can remove 1 to {have - 1}")
+            # the history of removals, so a broker that missed one (down, or it saw the removal and
+            # a later re-adding in one pass) drops its copies of the removed partitions
+            history = json.loads(assignment.config.get(PARTITIONS_REMOVED) or "[]")
+            history.append([uuid.uuid4().hex[:12], keep])
             shrunk = TopicAssignment({p: r for p, r in assignment.partitions.items() if p < keep},
-                                     assignment.config)
+                                     {**assignment.config, PARTITIONS_REMOVED: json.dumps(history)})
             tx = self.zk.transaction()
             tx.set_data(path, shrunk.to_json(), version=stat.version)
             for p in range(keep, have):
@@ -311,6 +321,7 @@ class ZkCluster:
             break
         for g in self.zk.get_children(GROUPS):
             self._drop_offsets(f"{GROUPS}/{g}/{quote(name, safe='')}", lambda p: p >= keep)
+        return keep
 
     def _drop_offsets(self, path: str, drop: Callable[[int], bool]) -> None:
         while True:
@@ -333,10 +344,11 @@ class ZkCluster:
         same name starts without them)."""
         with contextlib.suppress(NoNodeError):
             self.zk.delete(topic_path(name), recursive=True)
-        iggy_prefix = quote(f"iggy.{name}.", safe="")
+        bound = {group for group, (policy, topic) in self.shared_groups().items()
+                 if policy == "iggy" and topic == name}  # an Iggy group lives in its topic
         for g in self.zk.get_children(GROUPS):
             with contextlib.suppress(NoNodeError):
-                if g.startswith(iggy_prefix):  # the topic's Iggy groups go with it
+                if unquote(g) in bound:
                     self.zk.delete(f"{GROUPS}/{g}", recursive=True)
                 else:
                     self.zk.delete(f"{GROUPS}/{g}/{quote(name, safe='')}")
@@ -383,9 +395,9 @@ class ZkCluster:
         """A cluster-wide lock (kazoo's recipe: sequential ephemeral nodes)."""
         return self.zk.Lock(path, str(self.broker_id))
 
-    def group_policies(self) -> dict[str, str]:
-        """Every group kept in ZooKeeper (V1, Iggy): name -> the policy of its state."""
-        out: dict[str, str] = {}
+    def shared_groups(self) -> dict[str, tuple[str, str]]:
+        """Every group whose state is kept in ZooKeeper (V1, Iggy): name -> (policy, topic)."""
+        out: dict[str, tuple[str, str]] = {}
         for child in self.zk.get_children(GROUPS):
             try:
                 data, _stat = self.zk.get(f"{GROUPS}/{child}")
@@ -393,26 +405,29 @@ class ZkCluster:
                 continue
             if data:
                 for gd in json.loads(data).values():
-                    out[unquote(child)] = str((gd or {}).get("policy") or "rtes")
+                    gd = gd or {}
+                    out[unquote(child)] = (str(gd.get("policy") or "rtes"), str(gd.get("topic") or ""))
         return out
 
     def group_state(self, group: str) -> tuple[bytes, int]:
-        """(the group's stored state, empty when none, and the znode version for set_group_state)."""
-        path = group_path(group)
-        while True:
-            try:
-                data, stat = self.zk.get(path)
-                return data, stat.version
-            except NoNodeError:
-                with contextlib.suppress(NodeExistsError):
-                    self.zk.create(path, b"", makepath=True)
+        """(the group's stored state, empty when none, and the znode version for set_group_state:
+        -1 when the node does not exist; reading never creates it)."""
+        try:
+            data, stat = self.zk.get(group_path(group))
+            return data, stat.version
+        except NoNodeError:
+            return b"", -1
 
     def set_group_state(self, group: str, data: bytes, version: int) -> bool:
-        """Compare-and-set of a group's state; False when someone changed (or deleted) it first."""
+        """Compare-and-set of a group's state (version -1: create it); False when someone changed,
+        created or deleted it first."""
         try:
-            self.zk.set(group_path(group), data, version=version)
+            if version == -1:
+                self.zk.create(group_path(group), data, makepath=True)
+            else:
+                self.zk.set(group_path(group), data, version=version)
             return True
-        except (BadVersionError, NoNodeError):
+        except (BadVersionError, NoNodeError, NodeExistsError):
             return False
 
     def merge_offsets(self, group: str, topic: str, entries: dict[int, int]) -> None:
