@@ -46,7 +46,7 @@ import xxhash
 from bayou import __version__
 from bayou.broker import Acks, Broker
 from bayou.broker.broker import TOPIC_KEYS
-from bayou.broker.cluster.state import connection_member_base
+from bayou.broker.cluster.state import MEMBER_BROKER_SHIFT, connection_member_base
 from bayou.broker.dedup import IdRun
 from bayou.broker.groups.coordinator import IGGY_POLICY
 from bayou.errors import BayouError, GroupNotFound, TopicAlreadyExists, UnknownMember
@@ -260,8 +260,15 @@ class IggyService:
                     s.conn.writer.close()
 
     def open_session(self, conn: Connection) -> Session:
-        s = Session(self._next_client, conn.peer, conn=conn)
-        self._next_client += 1
+        client_id = self._next_client
+        if self.broker.cluster is not None:
+            # stay in this broker's id range (see connection_member_base), skipping live ids
+            base = connection_member_base(self.broker.config.broker_id)
+            span = 1 << MEMBER_BROKER_SHIFT
+            while client_id in self.sessions or not base < client_id < base + span:
+                client_id = base + 1 + (client_id - base) % (span - 1)
+        s = Session(client_id, conn.peer, conn=conn)
+        self._next_client = client_id + 1
         self.sessions[s.client_id] = s
         return s
 
