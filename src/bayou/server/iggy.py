@@ -49,7 +49,7 @@ from bayou.broker.broker import TOPIC_KEYS
 from bayou.broker.cluster.state import MEMBER_BROKER_SHIFT, connection_member_base
 from bayou.broker.dedup import IdRun
 from bayou.broker.groups.coordinator import IGGY_POLICY
-from bayou.errors import BayouError, GroupNotFound, TopicAlreadyExists, UnknownMember
+from bayou.errors import BayouError, GroupNotFound, StorageError, TopicAlreadyExists, UnknownMember
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.batches import POLL_PREFIX, decode_legacy_send, decode_vsr_send, read_send_metadata
 from bayou.protocols.iggy.codec import check_vsr_header, decode_frame, encode_reply
@@ -187,6 +187,7 @@ class IggyService:
         self.users = UserStore(data / "users.json", root_username, root_password)
         self.sessions: dict[int, Session] = {}
         self._next_client = 1
+        self._leaving: set[asyncio.Task[None]] = set()  # memberships still to remove
         self._doc_seen: dict[str, int] = {}  # cluster mode: shared documents' change counts taken
         self._doc_version: dict[str, int] = {}  # and their znode versions
         self._balanced: dict[str, int] = {}
@@ -275,8 +276,27 @@ class IggyService:
     async def close_session(self, s: Session) -> None:
         self.sessions.pop(s.client_id, None)
         for key in list(s.groups):
-            with contextlib.suppress(BayouError, IggyError):
+            try:
                 await self._leave(s, key)
+            except StorageError:  # cluster mode, ZooKeeper unreachable: leave once it is back
+                task = asyncio.get_running_loop().create_task(self._leave_later(s, key))
+                self._leaving.add(task)
+                task.add_done_callback(self._leaving.discard)
+            except (BayouError, IggyError):
+                pass
+
+    async def _leave_later(self, s: Session, key: tuple[int, int, int], attempts: int = 60) -> None:
+        """A closed connection's membership whose removal failed: retried every second for a
+        minute (else the controller drops it with its broker, or a restart does)."""
+        for _ in range(attempts):
+            await asyncio.sleep(1)
+            try:
+                await self._leave(s, key)
+                return
+            except StorageError:
+                continue
+            except (BayouError, IggyError):
+                return
 
     # -- the request path ----------------------------------------------------------------------
 
