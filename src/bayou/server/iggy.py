@@ -49,7 +49,7 @@ from bayou.broker.broker import TOPIC_KEYS
 from bayou.broker.cluster.state import MEMBER_BROKER_SHIFT, connection_member_base
 from bayou.broker.dedup import IdRun
 from bayou.broker.groups.coordinator import IGGY_POLICY
-from bayou.errors import BayouError, GroupNotFound, StorageError, TopicAlreadyExists, UnknownMember
+from bayou.errors import BayouError, GroupNotFound, NotLeader, StorageError, TopicAlreadyExists, UnknownMember
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.batches import POLL_PREFIX, decode_legacy_send, decode_vsr_send, read_send_metadata
 from bayou.protocols.iggy.codec import check_vsr_header, decode_frame, encode_reply
@@ -1210,13 +1210,25 @@ class IggyService:
         if p is None:
             pid = m.RESYNC_PARTITION if dialect is Dialect.VSR and req.partition_id is not None else 0
             return POLL_PREFIX.pack(pid, 0, 0)
-        self.broker.check_readable(topic.topic, p)  # cluster mode: no replica here, no answer here
-        part = self.broker.partition(topic.topic, p)
-        hw = part.high_watermark
-        start_of_log = part.log.log_start_offset
+        kind = req.strategy.kind
+        cluster = self.broker.cluster
+        try:
+            self.broker.check_readable(topic.topic, p)
+            remote = False
+        except NotLeader:  # cluster mode, no replica here: read at the leader (not by timestamp)
+            if cluster is None or kind == m.PollingKind.TIMESTAMP:
+                raise
+            remote = True
+        if remote:
+            assert cluster is not None
+            probe = await cluster.consumer_fetch(topic.topic, p, 0, 0)
+            hw, start_of_log = probe.high_watermark, probe.log_start_offset
+        else:
+            part = self.broker.partition(topic.topic, p)
+            hw = part.high_watermark
+            start_of_log = part.log.log_start_offset
         current = max(hw - 1, 0)
         key = self._consumer_key(s, topic, req.consumer)
-        kind = req.strategy.kind
         not_before_us = 0
         if kind == m.PollingKind.OFFSET:
             start = req.strategy.value
@@ -1236,7 +1248,7 @@ class IggyService:
         if req.count == 0 or start >= hw:
             return POLL_PREFIX.pack(out_pid, current, 0)
         parts, count, last = await self._read(topic.topic, p, out_pid, start, req.count, hw, dialect,
-                                              not_before_us)
+                                              not_before_us, remote=remote)
         if req.auto_commit and count:
             await self.broker.commit_offset(key, topic.topic, p, last + 1)
         if dialect is Dialect.SEED:
@@ -1245,15 +1257,21 @@ class IggyService:
         return POLL_PREFIX.pack(out_pid, current, count) + b"".join(parts)
 
     async def _read(self, topic: str, p: int, out_pid: int, start: int, count: int, hw: int,
-                    dialect: Dialect, not_before_us: int) -> tuple[list[Any], int, int]:
+                    dialect: Dialect, not_before_us: int, *, remote: bool = False
+                    ) -> tuple[list[Any], int, int]:
         """Up to ``count`` messages from ``start``: reply parts (bytes for L and V, PolledMessage
-        for D), how many, and the last offset."""
+        for D), how many, and the last offset. ``remote``: read at the partition's leader."""
         parts: list[Any] = []
         taken = 0
         last = start - 1
         offset = start
         while taken < count and offset < hw:
-            r = await self.broker.fetch(topic, p, offset, max_bytes=POLL_MAX_BYTES, max_records=count - taken)
+            if remote:
+                assert self.broker.cluster is not None
+                r = await self.broker.cluster.consumer_fetch(topic, p, offset, POLL_MAX_BYTES)
+            else:
+                r = await self.broker.fetch(topic, p, offset, max_bytes=POLL_MAX_BYTES,
+                                            max_records=count - taken)
             if not r.data:
                 break
             data = r.data

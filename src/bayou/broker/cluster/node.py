@@ -41,7 +41,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from bayou.broker.broker import Acks, Broker, ProduceResult, Topic
+from bayou.broker.broker import Acks, Broker, FetchResult, ProduceResult, Topic
 from bayou.broker.cluster.replicaset import ReplicaSet
 from bayou.broker.cluster.state import (
     LOCKS,
@@ -96,6 +96,7 @@ REPLICATION = "replication"  # the endpoint name of the replication listener
 TOPIC_ID = "cluster.topic.id"  # topic config: which incarnation of a topic (a fresh uuid per creation)
 CLUSTER_FILE = "cluster.json"  # in the data directory: the cluster it joined
 FETCH_MAX_BYTES = 8 << 20
+CONSUMER = -1  # the replica id of a FETCH that reads for a consumer (Kafka's convention)
 MAX_IDLE_FORWARDERS = 4  # idle connections kept per leader for forwarded produces
 FULL_READ_EVERY = 20  # passes (of tick_s) between full reads of ZooKeeper without a watch firing
 FETCH_MAX_WAIT_MS = 500
@@ -666,16 +667,17 @@ class ClusterNode:
 
     # -- forwarded produces (for clients that cannot follow a redirect: Iggy's) -----------------
 
-    async def forward_produce(self, topic: str, partition: int, batch: bytes, acks: Acks, *,
-                              deduplicate: bool = False) -> ProduceResult:
-        """Have the partition's leader append ``batch`` (over the replication listener) and return
-        its answer; NotLeader when no live broker leads the partition (or the leader went away)."""
+    async def _ask_leader(self, topic: str, partition: int, req: Produce | Fetch,
+                          timeout: float, idempotent: bool) -> FetchReply | ProduceReply:
+        """One request to the partition's leader over its replication listener (pooled
+        connections); NotLeader when no other live broker leads it or it does not answer. A
+        request is sent again on a new connection only when an idle one turns out closed before
+        anything came back, and (``idempotent``) after a timeout."""
         reg, _epoch = self.partition_leader(topic, partition)
         if reg is None or reg.broker_id == self.me or reg.address(REPLICATION) is None:
             raise NotLeader("no other broker leads this partition now")
         host, port = reg.address(REPLICATION)  # type: ignore[misc]
-        req = Produce(topic, partition, int(acks), DEDUPLICATE if deduplicate else 0, batch)
-        timeout = self.broker.config.ack_all_timeout_ms / 1000 + 10
+        want = ProduceReply if isinstance(req, Produce) else FetchReply
         idle = self._forwarders.setdefault((host, port), [])
         while True:
             reused = bool(idle)
@@ -692,8 +694,8 @@ class ClusterNode:
                 got += await asyncio.wait_for(reader.readexactly(int.from_bytes(got[:4], "big") - 1),
                                               timeout)
                 decoded = decode(got)
-                if decoded is None or not isinstance(decoded[0], ProduceReply):
-                    raise ReplicaProtocolError("expected a PRODUCE_REPLY")
+                if decoded is None or not isinstance(decoded[0], want):
+                    raise ReplicaProtocolError(f"expected a {want.__name__}")
                 break
             except (OSError, EOFError) as exc:
                 writer.close()
@@ -713,6 +715,35 @@ class ClusterNode:
         else:
             writer.close()
         reply = decoded[0]
+        assert isinstance(reply, FetchReply | ProduceReply)
+        return reply
+
+    async def consumer_fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
+        """A consumer's read at the partition's leader, for a broker holding no replica of it:
+        batches from ``offset`` below the leader's high watermark, with that watermark and the log
+        start (``max_bytes`` 0: only those two). OffsetOutOfRange outside the log."""
+        reply = await self._ask_leader(topic, partition, Fetch(topic, partition, CONSUMER, -1, max(offset, 0),
+                                                               -1, max_bytes, 0), 15.0, True)
+        assert isinstance(reply, FetchReply)
+        if reply.error == FetchError.OFFSET_OUT_OF_RANGE:
+            raise OffsetOutOfRange(f"offset {offset} is outside the leader's log")
+        if reply.error == FetchError.UNKNOWN_PARTITION:
+            raise UnknownPartition(f"topic {topic} has no partition {partition} at its leader")
+        if reply.error != FetchError.NONE:
+            raise NotLeader("the broker asked no longer leads the partition")
+        heads = [h for _pos, h in iter_batches(reply.data)]
+        return FetchResult(reply.data, sum(h.record_count for h in heads),
+                           heads[-1].next_offset if heads else max(offset, 0),
+                           reply.high_watermark, reply.log_start_offset, reply.high_watermark)
+
+    async def forward_produce(self, topic: str, partition: int, batch: bytes, acks: Acks, *,
+                              deduplicate: bool = False) -> ProduceResult:
+        """Have the partition's leader append ``batch`` (over the replication listener) and return
+        its answer; NotLeader when no live broker leads the partition (or the leader went away)."""
+        req = Produce(topic, partition, int(acks), DEDUPLICATE if deduplicate else 0, batch)
+        reply = await self._ask_leader(topic, partition, req,
+                                       self.broker.config.ack_all_timeout_ms / 1000 + 10, False)
+        assert isinstance(reply, ProduceReply)
         if reply.error == ProduceError.NONE:
             return ProduceResult(partition, reply.base_offset, reply.last_offset, reply.high_watermark,
                                  reply.log_start_offset)
@@ -767,6 +798,19 @@ class ClusterNode:
         rs = part.cluster
         if rs is None or not rs.is_leader or req.leader_epoch > rs.epoch:
             return FetchReply(FetchError.NOT_LEADER, rs.epoch if rs else -1, 0, 0)
+        if req.replica_id == CONSUMER:  # a read forwarded by a broker holding no replica
+            hw, start = part.high_watermark, part.log.log_start_offset
+            if req.max_bytes == 0 or req.fetch_offset == hw:
+                return FetchReply(FetchError.NONE, rs.epoch, hw, start)
+            if not start <= req.fetch_offset < hw:
+                return FetchReply(FetchError.OFFSET_OUT_OF_RANGE, rs.epoch, hw, start)
+            try:
+                result = await self.broker.fetch(req.topic, req.partition, req.fetch_offset,
+                                                 max_bytes=req.max_bytes)
+            except OffsetOutOfRange:
+                return FetchReply(FetchError.OFFSET_OUT_OF_RANGE, rs.epoch, hw, start)
+            return FetchReply(FetchError.NONE, rs.epoch, result.high_watermark, result.log_start_offset,
+                              data=bytes(result.data))
         if req.leader_epoch < rs.epoch:
             return FetchReply(FetchError.FENCED, rs.epoch, 0, 0)
         assert part.epochs is not None
