@@ -265,7 +265,10 @@ def test_iggy_consumer_group_spans_brokers_and_survives_one(cluster: Cluster) ->
                 await a2.close()
             # deleting the group on broker 3 deletes it everywhere
             await c.call(im.DeleteConsumerGroup(st, tp, grp))
-            assert await b.call(im.GetConsumerGroup(st, tp, grp)) is None
+            deadline = asyncio.get_running_loop().time() + 10
+            while await b.call(im.GetConsumerGroup(st, tp, grp)) is not None:  # once the watch fires
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.05)
         finally:
             for conn in (a, b, c):
                 with contextlib.suppress(Exception):
@@ -328,7 +331,10 @@ def test_iggy_streams_topics_and_users_are_the_clusters(cluster: Cluster) -> Non
                 assert asyncio.get_running_loop().time() < deadline
                 await asyncio.sleep(0.1)
             await other.call(im.DeleteStream(shop))
-            assert await conn.call(im.GetStream(shop)) is None
+            deadline = asyncio.get_running_loop().time() + 10
+            while await conn.call(im.GetStream(shop)) is not None:  # the catalog's watch reaches it
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.05)
             assert not cluster.kazoo.exists("/topics/shop.orders")
         finally:
             await conn.close()

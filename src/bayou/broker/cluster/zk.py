@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlparse
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.lock import Lock
@@ -42,6 +42,9 @@ from bayou.broker.cluster.state import (
 )
 
 log = logging.getLogger("bayou.cluster")
+
+TxOps = Callable[[TransactionRequest], None]  # adds operations to a ZooKeeper transaction
+Plan = Callable[["TopicAssignment"], tuple["TopicAssignment", TxOps]]  # see ZkCluster._rewrite_topic
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -250,75 +253,80 @@ class ZkCluster:
             if isinstance(r, Exception):
                 raise r
 
-    def add_partitions(self, name: str, total: int | None, start: int, more: int = 0
-                       ) -> dict[int, list[int]]:
-        """Grow a topic to ``total`` partitions (or by ``more``, counted from ZooKeeper's count, not
-        a broker's copy that may be behind): the new ones assigned over the live brokers with
-        the topic's replication factor, the topic node (compare-and-set) and their first states in
-        one transaction. Returns the new partitions' replicas; raises LookupError for an unknown
-        topic, ValueError for a count that does not grow it or too few live brokers."""
+    def _rewrite_topic(self, name: str, plan: Plan) -> tuple[TopicAssignment, TopicAssignment]:
+        """Change a topic's assignment: ``plan(current)`` gives the new one and adds the state
+        nodes' changes to the transaction that writes it (compare-and-set on the topic node; read
+        again and re-planned when anything changed meanwhile). Returns (old, new); LookupError for
+        an unknown topic; whatever ``plan`` raises."""
         path = topic_path(name)
         while True:
             try:
                 data, stat = self.zk.get(path)
             except NoNodeError:
                 raise LookupError(name) from None
-            assignment = TopicAssignment.from_json(data)
-            have = len(assignment.partitions)
-            total = have + more if more else total
-            if total is None or total <= have:
-                raise ValueError(f"topic {name} has {have} partitions; the new count must be larger")
-            live = sorted(int(b) for b in self.zk.get_children(BROKERS))
-            rf = int(assignment.config.get("replication.factor") or assignment.replication_factor)
-            new = assign_replicas(live, total - have, rf, first_partition=have, start=start)
-            grown = TopicAssignment({**assignment.partitions, **new}, assignment.config)
+            old = TopicAssignment.from_json(data)
+            new, add_ops = plan(old)
             tx = self.zk.transaction()
-            tx.set_data(path, grown.to_json(), version=stat.version)
-            for p in sorted(new):
-                tx.create(f"{path}/partitions/{p}")
-                tx.create(state_path(name, p), initial_state(new[p], set(live)).to_json())
+            tx.set_data(path, new.to_json(), version=stat.version)
+            add_ops(tx)
             results = tx.commit()
             if any(isinstance(r, (BadVersionError, NodeExistsError, NoNodeError)) for r in results):
                 continue  # changed meanwhile: read it again
             for r in results:
                 if isinstance(r, Exception):
                     raise r
-            return new
+            return old, new
+
+    def add_partitions(self, name: str, total: int | None, start: int, more: int = 0
+                       ) -> dict[int, list[int]]:
+        """Grow a topic to ``total`` partitions (or by ``more``, counted from ZooKeeper's count, not
+        a broker's copy that may be behind): the new ones assigned over the live brokers with
+        the topic's replication factor, their first states written with the topic node. Returns
+        the new partitions' replicas; raises LookupError for an unknown topic, ValueError for a
+        count that does not grow it or too few live brokers."""
+        def plan(assignment: TopicAssignment) -> tuple[TopicAssignment, TxOps]:
+            have = len(assignment.partitions)
+            want = have + more if more else total
+            if want is None or want <= have:
+                raise ValueError(f"topic {name} has {have} partitions; the new count must be larger")
+            live = sorted(int(b) for b in self.zk.get_children(BROKERS))
+            rf = int(assignment.config.get("replication.factor") or assignment.replication_factor)
+            new = assign_replicas(live, want - have, rf, first_partition=have, start=start)
+
+            def ops(tx: TransactionRequest) -> None:
+                for p in sorted(new):
+                    tx.create(f"{topic_path(name)}/partitions/{p}")
+                    tx.create(state_path(name, p), initial_state(new[p], set(live)).to_json())
+
+            return TopicAssignment({**assignment.partitions, **new}, assignment.config), ops
+
+        old, grown = self._rewrite_topic(name, plan)
+        return {p: r for p, r in grown.partitions.items() if p not in old.partitions}
 
     def remove_partitions(self, name: str, count: int) -> int:
-        """Remove a topic's last ``count`` partitions (of ZooKeeper's count): the topic node
-        (compare-and-set) and the removed partitions' state nodes in one transaction, then every
-        group's committed offsets on them. Returns how many stay. Raises LookupError for an unknown
-        topic, ValueError for a bad count."""
-        path = topic_path(name)
-        while True:
-            try:
-                data, stat = self.zk.get(path)
-            except NoNodeError:
-                raise LookupError(name) from None
-            assignment = TopicAssignment.from_json(data)
+        """Remove a topic's last ``count`` partitions (of ZooKeeper's count): their state nodes
+        go with the topic node's change, then every group's committed offsets on them. Returns
+        how many stay. Raises LookupError for an unknown topic, ValueError for a bad count."""
+        def plan(assignment: TopicAssignment) -> tuple[TopicAssignment, TxOps]:
             have = len(assignment.partitions)
-            keep = have - count
             if not 1 <= count < have:
                 raise ValueError(f"topic {name} has {have} partitions: can remove 1 to {have - 1}")
+            keep = have - count
             # the history of removals, so a broker that missed one (down, or it saw the removal and
             # a later re-adding in one pass) drops its copies of the removed partitions
             history = json.loads(assignment.config.get(PARTITIONS_REMOVED) or "[]")
             history.append([uuid.uuid4().hex[:12], keep])
-            shrunk = TopicAssignment({p: r for p, r in assignment.partitions.items() if p < keep},
-                                     {**assignment.config, PARTITIONS_REMOVED: json.dumps(history)})
-            tx = self.zk.transaction()
-            tx.set_data(path, shrunk.to_json(), version=stat.version)
-            for p in range(keep, have):
-                tx.delete(state_path(name, p))
-                tx.delete(f"{path}/partitions/{p}")
-            results = tx.commit()
-            if any(isinstance(r, (BadVersionError, NoNodeError)) for r in results):
-                continue  # changed meanwhile: read it again
-            for r in results:
-                if isinstance(r, Exception):
-                    raise r
-            break
+
+            def ops(tx: TransactionRequest) -> None:
+                for p in range(keep, have):
+                    tx.delete(state_path(name, p))
+                    tx.delete(f"{topic_path(name)}/partitions/{p}")
+
+            return TopicAssignment({p: r for p, r in assignment.partitions.items() if p < keep},
+                                   {**assignment.config, PARTITIONS_REMOVED: json.dumps(history)}), ops
+
+        _old, shrunk = self._rewrite_topic(name, plan)
+        keep = len(shrunk.partitions)
         for g in self.zk.get_children(GROUPS):
             self._drop_offsets(f"{GROUPS}/{g}/{quote(name, safe='')}", lambda p: p >= keep)
         return keep
