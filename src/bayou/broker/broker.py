@@ -293,10 +293,8 @@ class Broker:
         log_cfg = apply_overrides(self.config.log, log_keys)
         overrides = {**log_keys, **broker_keys}
         if self.cluster is not None and not from_cluster:
-            existing = self.topics.get(name)
-            if existing is not None and exist_ok:
-                return existing
-            # ZooKeeper decides whether it exists: a local copy may be of a topic just deleted
+            # ZooKeeper decides whether it exists (exist_ok: the copy returned is ZooKeeper's
+            # incarnation): a local copy may be of a topic just deleted through another broker
             return await self.cluster.create_topic(name, n, overrides, exist_ok=exist_ok)
         async with self._admin_lock:
             existing = self.topics.get(name)

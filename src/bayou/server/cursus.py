@@ -33,7 +33,6 @@ from bayou.errors import (
     OutOfOrderSequence,
     PartitionNotAssigned,
     ProducerFenced,
-    TopicAlreadyExists,
     UnknownMember,
 )
 from bayou.protocols.cursus import batch as cb
@@ -271,16 +270,12 @@ class CursusService:
                     raise err("invalid_topic_policy", ("reason", f"{key} must be a non-negative integer"))
                 if v > 0:
                     config[target] = str(v * scale)
-        existing = self.broker.topics.get(topic)
-        if existing is None:
-            try:
-                await self.broker.create_topic(topic, n, config)
-            except TopicAlreadyExists:  # meanwhile, or (cluster mode) made through another broker
-                existing = self.broker.topics.get(topic)
-            except InvalidConfig as exc:
-                raise err("invalid_topic_policy", ("reason", exc.message)) from None
-        if existing is not None:
-            have = len(existing.partitions)
+        try:  # (cluster mode: ZooKeeper says whether it exists, not a local copy maybe just deleted)
+            existing = await self.broker.create_topic(topic, n, config, exist_ok=True)
+        except InvalidConfig as exc:
+            raise err("invalid_topic_policy", ("reason", exc.message)) from None
+        have = len(existing.partitions)
+        if have != n:
             if n < have:
                 raise err("create_topic_failed", ("topic", topic), (
                     "reason", f"cannot decrease partition count for topic '{topic}': {have} -> {n}"))

@@ -278,15 +278,12 @@ class RtesService:
 
     async def admin_create_topic(self, r: m.AdminCreateTopic) -> str:
         validate_topic_name(r.topic)
-        existing = self.broker.topics.get(r.topic)
-        if existing is not None:
-            if len(existing.partitions) != r.partitions:
-                raise TopicAlreadyExists(
-                    f"topic already exists: {r.topic} ({len(existing.partitions)} partitions)")
-        else:
-            config = dict(r.config)
-            config["replication.factor"] = str(r.replication_factor)
-            await self.broker.create_topic(r.topic, r.partitions, config)
+        config = dict(r.config)
+        config["replication.factor"] = str(r.replication_factor)
+        # the same topic again is fine (idempotent); another partition count is not
+        topic = await self.broker.create_topic(r.topic, r.partitions, config, exist_ok=True)
+        if len(topic.partitions) != r.partitions:
+            raise TopicAlreadyExists(f"topic already exists: {r.topic} ({len(topic.partitions)} partitions)")
         return (f"topic={r.topic} partitions={r.partitions} replication_factor={r.replication_factor} "
                 + self._meta_tail())
 

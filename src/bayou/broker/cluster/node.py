@@ -809,6 +809,8 @@ class ClusterNode:
                                                  max_bytes=req.max_bytes)
             except OffsetOutOfRange:
                 return FetchReply(FetchError.OFFSET_OUT_OF_RANGE, rs.epoch, hw, start)
+            except (UnknownTopic, UnknownPartition):
+                return FetchReply(FetchError.UNKNOWN_PARTITION, -1, 0, 0)
             return FetchReply(FetchError.NONE, rs.epoch, result.high_watermark, result.log_start_offset,
                               data=bytes(result.data))
         if req.leader_epoch < rs.epoch:
@@ -846,6 +848,8 @@ class ClusterNode:
         except OffsetOutOfRange:
             return FetchReply(FetchError.OFFSET_OUT_OF_RANGE, rs.epoch, part.high_watermark,
                               part.log.log_start_offset)
+        except (UnknownTopic, UnknownPartition):  # deleted or removed while the fetch waited
+            return FetchReply(FetchError.UNKNOWN_PARTITION, -1, 0, 0)
         return FetchReply(FetchError.NONE, rs.epoch, part.high_watermark, part.log.log_start_offset,
                           data=bytes(result.data))
 
