@@ -275,12 +275,11 @@ class CursusService:
         except InvalidConfig as exc:
             raise err("invalid_topic_policy", ("reason", exc.message)) from None
         have = len(existing.partitions)
-        if have != n:
-            if n < have:
-                raise err("create_topic_failed", ("topic", topic), (
-                    "reason", f"cannot decrease partition count for topic '{topic}': {have} -> {n}"))
-            if n > have:
-                await self.broker.add_partitions(topic, n)
+        if n < have:
+            raise err("create_topic_failed", ("topic", topic), (
+                "reason", f"cannot decrease partition count for topic '{topic}': {have} -> {n}"))
+        if n > have:
+            await self.broker.add_partitions(topic, n)
         await self.broker.register_group(DEFAULT_GROUP, topic, CURSUS_POLICY, "range")
         return replies.ok(("topic", topic), ("partitions", n), *self._policy_pairs(topic))
 
