@@ -52,6 +52,10 @@ _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
 _LENGTH = struct.Struct(">qi")  # base_offset, batch_length
 LENGTH_PREFIX = 12  # base_offset + batch_length
+# The largest offset a record may have: base_offset is an int64, and the log end (last offset + 1,
+# the high watermark every protocol reports) must be one too. Protocols whose wire fields are wider
+# (TANK's u64 sequence numbers, Iggy's u64 offsets) refuse values past it with their own error.
+MAX_OFFSET = (1 << 63) - 2
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08

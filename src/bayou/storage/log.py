@@ -18,6 +18,7 @@ from pathlib import Path
 from bayou.errors import CorruptRecord, OffsetOutOfRange, RecordTooLarge, StorageError
 from bayou.records.batch import (
     HEADER_SIZE,
+    MAX_OFFSET,
     BatchHeader,
     Record,
     batch_crc,
@@ -170,6 +171,9 @@ class PartitionLog:
         with self._lock:
             self._maybe_roll(header.size, now)
             base = self.active.next_offset
+            last = (base if at_offset is None else at_offset) + header.last_offset_delta
+            if last > MAX_OFFSET:  # before any segment is named after it
+                raise OffsetOutOfRange(f"offset {last} is past the largest storable offset {MAX_OFFSET}")
             if at_offset is not None:
                 if at_offset < base:
                     raise OffsetOutOfRange(f"offset {at_offset} is below the log end {base}")
