@@ -1,5 +1,10 @@
 """Configuration: embedded defaults, then a TOML file, then command-line flags.
 
+The file is checked against a schema before anything starts: an unknown key, or a value whose TOML
+type is not the key's (``default_partitions = "three"``, ``auto_create_topics = "false"``), is an
+``InvalidConfig`` naming the key and the expected type, and so is a file that is not UTF-8 or not
+TOML; ``bayou serve`` prints it and exits with status 2.
+
 Example ``bayou.toml``::
 
     data_dir = "./data"
@@ -40,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +54,125 @@ from bayou.errors import InvalidConfig
 from bayou.server.app import PROTOCOLS, ClusterOptions, IggyOptions, ServerConfig
 from bayou.storage.config import FsyncPolicy, LogConfig
 
-BROKER_KEYS = {f.name for f in dataclasses.fields(BrokerConfig)} - {"data_dir", "log"}
-LOG_KEYS = {f.name for f in dataclasses.fields(LogConfig)} - {"fsync"}
+# -- the schema ------------------------------------------------------------------------------------
+# Every key of the file has one expected type, taken from the dataclass field it fills (so a field
+# added to BrokerConfig, LogConfig, IggyOptions or ServerConfig is checked without an edit here).
+# TOML already types its values, so the check is strict: "three" is not an integer and "false" is
+# a string, not a boolean; an integer is accepted where a float is expected, as TOML readers do.
+
+_KIND_NAMES = {int: "an integer", float: "a number", bool: "a boolean (true or false)", str: "a string"}
+
+
+Kind = type | tuple[type, ...]
+
+
+def _scalar_fields(cls: type, exclude: frozenset[str] = frozenset()) -> dict[str, Kind]:
+    """Field name -> int, float, bool or str for every scalar field of dataclass ``cls``."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Kind] = {}
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        if f.name not in exclude and kind in _KIND_NAMES:
+            out[f.name] = kind
+    return out
+
+
+_TABLES = ("listeners", "broker", "log", "iggy", "cluster")
+TOP_KEYS: dict[str, Kind] = {"data_dir": str, "fsync": str,
+                             **_scalar_fields(ServerConfig, exclude=frozenset(_TABLES))}
+BROKER_KEYS = _scalar_fields(BrokerConfig)
+LOG_KEYS = _scalar_fields(LogConfig)
+IGGY_KEYS = _scalar_fields(IggyOptions)
+CLUSTER_KEYS: dict[str, Kind] = {"zookeeper": str, "replication": (str, int), "session_timeout_ms": int}
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return f"a {type(value).__name__}"
+
+
+def _check(value: Any, kind: Kind, where: str) -> None:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    for k in kinds:
+        if k is bool and isinstance(value, bool):
+            return
+        if k in (int, float) and isinstance(value, int) and not isinstance(value, bool):
+            return
+        if k is float and isinstance(value, float):
+            return
+        if k is str and isinstance(value, str):
+            return
+    expected = " or ".join(_KIND_NAMES[k] for k in kinds)
+    raise InvalidConfig(f"{where} must be {expected}, not {_describe(value)}")
+
+
+def _table(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    value = raw.get(name, {})
+    if not isinstance(value, dict):
+        raise InvalidConfig(f"[{name}] must be a table (a [{name}] section), not {_describe(value)}")
+    return dict(value)
+
+
+def _section(raw: dict[str, Any], name: str, schema: dict[str, Kind]) -> dict[str, Any]:
+    """The keys of table ``name``, each checked against ``schema``; unknown keys are refused."""
+    table = _table(raw, name)
+    bad = sorted(set(table) - set(schema))
+    if bad:
+        raise InvalidConfig(f"unknown [{name}] keys: {', '.join(bad)} (known: {', '.join(sorted(schema))})")
+    for key, value in table.items():
+        _check(value, schema[key], f"[{name}] {key}")
+    return table
+
+
+def validate(raw: dict[str, Any]) -> None:
+    """Check a parsed config file against the schema: every key known, every value of its type."""
+    known = set(TOP_KEYS) | set(_TABLES)
+    bad = sorted(set(raw) - known)
+    if bad:
+        raise InvalidConfig(f"unknown config keys: {', '.join(bad)} (known: {', '.join(sorted(known))})")
+    for key, kind in TOP_KEYS.items():
+        if key in raw:
+            _check(raw[key], kind, key)
+    _section(raw, "broker", BROKER_KEYS)
+    _section(raw, "log", LOG_KEYS)
+    _section(raw, "iggy", IGGY_KEYS)
+    _section(raw, "cluster", CLUSTER_KEYS)
+    listeners = _table(raw, "listeners")
+    for name, value in listeners.items():
+        if name not in PROTOCOLS:
+            raise InvalidConfig(f"unknown listener {name!r}; known: {', '.join(PROTOCOLS)}")
+        _check(value, (str, int), f"[listeners] {name}")
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The TOML file at ``path``, parsed and validated (``validate``)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidConfig(f"cannot read config {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidConfig(f"config {path} is not UTF-8 text (byte {exc.start}); TOML files are UTF-8") \
+            from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidConfig(f"config {path} is not valid TOML: {exc}") from None
+    try:
+        validate(raw)
+    except InvalidConfig as exc:
+        raise InvalidConfig(f"config {path}: {exc.message}") from None
+    return raw
 
 
 def parse_listen(text: str, protocol: str) -> tuple[str, int] | None:
@@ -74,36 +197,29 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
                 listeners: dict[str, str | None] | None = None,
                 advertised_host: str | None = None, cluster: str | None = None,
                 broker_id: int | None = None, replication: str | None = None) -> ServerConfig:
-    raw: dict[str, Any] = {}
-    if path is not None:
-        try:
-            raw = tomllib.loads(Path(path).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise InvalidConfig(f"cannot read config {path}: {exc}") from None
-    unknown = set(raw) - {"data_dir", "fsync", "listeners", "broker", "log", "max_connections",
-                          "shutdown_grace_s", "advertised_host", "iggy", "cluster"}
-    if unknown:
-        raise InvalidConfig(f"unknown config keys: {', '.join(sorted(unknown))}")
+    raw: dict[str, Any] = read_config_file(path) if path is not None else {}
+    try:
+        return _build(raw, data_dir=data_dir, fsync=fsync, listeners=listeners,
+                      advertised_host=advertised_host, cluster=cluster, broker_id=broker_id,
+                      replication=replication)
+    except InvalidConfig as exc:
+        if path is None:
+            raise
+        raise InvalidConfig(f"config {path}: {exc.message}") from None
 
-    log_raw = dict(raw.get("log", {}))
-    bad = set(log_raw) - LOG_KEYS
-    if bad:
-        raise InvalidConfig(f"unknown [log] keys: {', '.join(sorted(bad))}")
+
+def _build(raw: dict[str, Any], *, data_dir: str | None, fsync: str | None,
+           listeners: dict[str, str | None] | None, advertised_host: str | None, cluster: str | None,
+           broker_id: int | None, replication: str | None) -> ServerConfig:
     fsync_text = fsync if fsync is not None else raw.get("fsync", "always")
-    log_cfg = LogConfig(fsync=FsyncPolicy.parse(str(fsync_text)), **log_raw)
+    log_cfg = LogConfig(fsync=FsyncPolicy.parse(str(fsync_text)), **_table(raw, "log"))
 
-    broker_raw = dict(raw.get("broker", {}))
-    bad = set(broker_raw) - BROKER_KEYS
-    if bad:
-        raise InvalidConfig(f"unknown [broker] keys: {', '.join(sorted(bad))}")
+    broker_raw = _table(raw, "broker")
     ddir = Path(data_dir if data_dir is not None else raw.get("data_dir", "data"))
     if broker_id is not None:
         broker_raw["broker_id"] = broker_id
     broker = BrokerConfig(data_dir=ddir, log=log_cfg, **broker_raw)
-    cluster_raw = dict(raw.get("cluster", {}))
-    bad = set(cluster_raw) - {"zookeeper", "replication", "session_timeout_ms"}
-    if bad:
-        raise InvalidConfig(f"unknown [cluster] keys: {', '.join(sorted(bad))}")
+    cluster_raw = _table(raw, "cluster")
     zk_url = cluster if cluster is not None else cluster_raw.get("zookeeper")
     cluster_opts: ClusterOptions | None = None
     if zk_url:
@@ -115,22 +231,20 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
 
     addrs: dict[str, tuple[str, int] | None] = {
         name: ("0.0.0.0", port) for name, (port, _f) in PROTOCOLS.items()}
-    for name, value in dict(raw.get("listeners", {})).items():
+    for name, value in _table(raw, "listeners").items():
         if name not in PROTOCOLS:
             raise InvalidConfig(f"unknown listener {name!r}; known: {', '.join(PROTOCOLS)}")
         addrs[name] = parse_listen(str(value), name)
     for name, value in (listeners or {}).items():
         if value is not None:
             addrs[name] = parse_listen(value, name)
-    iggy_raw = dict(raw.get("iggy", {}))
-    bad = set(iggy_raw) - {f.name for f in dataclasses.fields(IggyOptions)}
-    if bad:
-        raise InvalidConfig(f"unknown [iggy] keys: {', '.join(sorted(bad))}")
-    iggy = IggyOptions(
-        root_username=os.environ.get("IGGY_ROOT_USERNAME", str(iggy_raw.get("root_username", "iggy"))),
-        root_password=os.environ.get("IGGY_ROOT_PASSWORD", str(iggy_raw.get("root_password", "iggy"))),
-        seed_dialect=bool(iggy_raw.get("seed_dialect", False)))
-    return ServerConfig(broker=broker, listeners=addrs, iggy=iggy, cluster=cluster_opts,
-                        max_connections=int(raw.get("max_connections", 10_000)),
-                        shutdown_grace_s=float(raw.get("shutdown_grace_s", 10.0)),
-                        advertised_host=str(advertised_host or raw.get("advertised_host", "localhost")))
+    iggy_raw = _table(raw, "iggy")
+    iggy = IggyOptions(**{
+        **iggy_raw,
+        "root_username": os.environ.get("IGGY_ROOT_USERNAME", str(iggy_raw.get("root_username", "iggy"))),
+        "root_password": os.environ.get("IGGY_ROOT_PASSWORD", str(iggy_raw.get("root_password", "iggy"))),
+    })
+    top = {k: raw[k] for k in TOP_KEYS if k in raw and k not in ("data_dir", "fsync")}
+    if advertised_host:
+        top["advertised_host"] = advertised_host
+    return ServerConfig(broker=broker, listeners=addrs, iggy=iggy, cluster=cluster_opts, **top)

@@ -1,0 +1,94 @@
+"""The config file is checked against a schema: a key of the wrong type, an unknown key, a file that
+is not UTF-8 or not TOML is named in one clear line, and ``bayou serve`` exits non-zero without a
+traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bayou.config import load_config
+from bayou.errors import InvalidConfig
+
+BAD = [
+    ('default_partitions = 3\n', "unknown config keys: default_partitions"),
+    ('[broker]\ndefault_partitions = "three"\n',
+     "[broker] default_partitions must be an integer, not the string 'three'"),
+    ('data_dir = 5\n', "data_dir must be a string, not the number 5"),
+    ('listeners = 3\n', "[listeners] must be a table"),
+    ('[broker]\nauto_create_topics = "false"\n',
+     "[broker] auto_create_topics must be a boolean (true or false), not the string 'false'"),
+    ('[broker]\nreplication_factor = 2.5\n', "[broker] replication_factor must be an integer"),
+    ('[broker]\nauto_create_topics = 1\n', "[broker] auto_create_topics must be a boolean"),
+    ('[log]\nsegment_bytes = "1MB"\n', "[log] segment_bytes must be an integer"),
+    ('[log]\nsegmentbytes = 1\n', "unknown [log] keys: segmentbytes"),
+    ('[iggy]\nseed_dialect = "yes"\n', "[iggy] seed_dialect must be a boolean"),
+    ('[iggy]\nroot_password = 1234\n', "[iggy] root_password must be a string"),
+    ('[cluster]\nsession_timeout_ms = "4s"\n', "[cluster] session_timeout_ms must be an integer"),
+    ('[listeners]\nrtes = true\n', "[listeners] rtes must be a string or an integer"),
+    ('[listeners]\nkafka = "9092"\n', "unknown listener 'kafka'"),
+    ('max_connections = "many"\n', "max_connections must be an integer"),
+    ('shutdown_grace_s = "10s"\n', "shutdown_grace_s must be a number"),
+    ('broker = 1\n', "[broker] must be a table"),
+    ('[broker]\ndefault_partitions = 0\n', "default partitions must be >= 1"),
+    ('fsync = "sometimes"\n', "fsync must be always, never or interval:<ms>"),
+    ('data_dir = \n', "is not valid TOML"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD, ids=[m for _t, m in BAD])
+def test_bad_values_are_named(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bayou.toml"
+    path.write_text(text)
+    with pytest.raises(InvalidConfig) as err:
+        load_config(path)
+    assert message in err.value.message
+    assert str(path) in err.value.message
+
+
+def test_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "bayou.toml"
+    path.write_bytes(b'data_dir = "d\xff"\n')
+    with pytest.raises(InvalidConfig, match="is not UTF-8 text"):
+        load_config(path)
+
+
+def test_good_file_is_taken(tmp_path: Path) -> None:
+    path = tmp_path / "bayou.toml"
+    path.write_text('data_dir = "d"\nshutdown_grace_s = 3\nmax_connections = 7\n'
+                    '[listeners]\nrtes = 19092\ncursus = "off"\n'
+                    '[broker]\nauto_create_topics = false\ndefault_partitions = 5\n'
+                    '[log]\nsegment_bytes = 1048576\n[iggy]\nseed_dialect = true\n')
+    cfg = load_config(path)
+    assert cfg.broker.auto_create_topics is False
+    assert cfg.broker.default_partitions == 5
+    assert cfg.broker.data_dir == Path("d")
+    assert cfg.broker.log.segment_bytes == 1048576
+    assert cfg.listeners["rtes"] == ("0.0.0.0", 19092)
+    assert cfg.listeners["cursus"] is None
+    assert cfg.shutdown_grace_s == 3 and cfg.max_connections == 7
+    assert cfg.iggy.seed_dialect is True
+
+
+def test_flags_override_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "bayou.toml"
+    path.write_text('data_dir = "d"\nadvertised_host = "a"\n')
+    cfg = load_config(path, data_dir="e", advertised_host="b")
+    assert cfg.broker.data_dir == Path("e") and cfg.advertised_host == "b"
+
+
+@pytest.mark.parametrize("text", [b'[broker]\ndefault_partitions = "three"\n', b"listeners = 3\n",
+                                  b"\xff\xfe\n", b'[broker]\nauto_create_topics = "false"\n'])
+def test_serve_refuses_without_a_traceback(tmp_path: Path, text: bytes) -> None:
+    path = tmp_path / "bayou.toml"
+    path.write_bytes(text)
+    proc = subprocess.run([sys.executable, "-m", "bayou", "serve", "--config", str(path),
+                           "--data-dir", str(tmp_path / "data"), "--log-format", "text"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert str(path) in proc.stderr
+    assert not (tmp_path / "data").exists()
