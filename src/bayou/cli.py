@@ -106,11 +106,12 @@ def topic() -> None:
 @topic.command("create")
 @click.argument("name")
 @click.option("--partitions", "-p", default=3, show_default=True, type=click.IntRange(1))
-@click.option("--replication-factor", "-r", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--replication-factor", "-r", type=click.IntRange(1),
+              help="Replicas per partition. [default: the broker's replication_factor]")
 @click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE",
               help="Topic config, e.g. retention.ms=3600000, segment.bytes=1048576, fsync=never.")
 @bootstrap_option
-def topic_create(name: str, partitions: int, replication_factor: int, configs: tuple[str, ...],
+def topic_create(name: str, partitions: int, replication_factor: int | None, configs: tuple[str, ...],
                  bootstrap: str) -> None:
     """Create topic NAME."""
     cfg = {}

@@ -162,12 +162,12 @@ def read_config_file(path: Path) -> dict[str, Any]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InvalidConfig(f"config {path} is not UTF-8 text (byte {exc.start}); TOML files are UTF-8") \
+        raise InvalidConfig(f"cannot read config {path}: not UTF-8 text (byte {exc.start}); TOML is UTF-8") \
             from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidConfig(f"config {path} is not valid TOML: {exc}") from None
+        raise InvalidConfig(f"cannot read config {path}: not valid TOML: {exc}") from None
     try:
         validate(raw)
     except InvalidConfig as exc:

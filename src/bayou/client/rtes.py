@@ -109,10 +109,13 @@ class RtesClient:
             records.append((int(off), value))
         return records, int(field(p, "hw"))
 
-    def create_topic(self, topic: str, partitions: int, replication_factor: int = 1,
+    def create_topic(self, topic: str, partitions: int, replication_factor: int | None = None,
                      config: dict[str, str] | None = None) -> str:
+        """Create ``topic``; without ``replication_factor`` the broker's default applies (sent as
+        -1, bayou's extension of ADMIN_CREATE_TOPIC)."""
         extra = [f"{k}={v}" for k, v in (config or {}).items()]
-        return self.request("ADMIN_CREATE_TOPIC", topic, str(partitions), str(replication_factor), *extra)
+        rf = -1 if replication_factor is None else replication_factor
+        return self.request("ADMIN_CREATE_TOPIC", topic, str(partitions), str(rf), *extra)
 
     def describe_topic(self, topic: str) -> dict[str, str]:
         p = self.request("ADMIN_DESCRIBE_TOPIC", topic)

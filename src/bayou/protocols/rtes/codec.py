@@ -259,7 +259,7 @@ def _admin_create_topic(a: list[str]) -> m.AdminCreateTopic:
     rf = atoi(a[2], "replication_factor")
     if n <= 0:
         raise _bad("partitions must be > 0")
-    if rf <= 0:
+    if rf <= 0 and rf != m.DEFAULT_REPLICATION_FACTOR:
         raise _bad("replication factor must be > 0")
     config = []
     for token in a[3:]:

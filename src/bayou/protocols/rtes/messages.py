@@ -93,11 +93,16 @@ class Ping:
     pass
 
 
+# ADMIN_CREATE_TOPIC's replication factor -1 asks for the broker's default (bayou extension, after
+# Kafka's CreateTopics convention, KIP-464); the original broker refused every value <= 0.
+DEFAULT_REPLICATION_FACTOR = -1
+
+
 @dataclass(frozen=True, slots=True)
 class AdminCreateTopic:
     topic: str
     partitions: int
-    replication_factor: int
+    replication_factor: int  # DEFAULT_REPLICATION_FACTOR: the broker's default (bayou extension)
     config: tuple[tuple[str, str], ...] = ()  # bayou extension: trailing key=value tokens
 
 
