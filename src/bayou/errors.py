@@ -129,6 +129,17 @@ class ReplicationTimeout(BayouError):
 
 
 @_register
+class NotEnoughReplicas(ReplicationTimeout):
+    """An acks=all produce refused before anything is appended: fewer replicas are in sync than
+    ``min.insync.replicas`` (Kafka's NOT_ENOUGH_REPLICAS). A kind of ReplicationTimeout, so a front
+    end without a code of its own answers that (retriable; nothing was stored, so a retry cannot
+    duplicate)."""
+
+    code = "NOT_ENOUGH_REPLICAS"
+    default_message = "not enough in-sync replicas"
+
+
+@_register
 class GroupNotFound(BayouError):
     code = "GROUP_NOT_FOUND"
     default_message = "group not found"

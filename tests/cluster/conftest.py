@@ -1,133 +1,26 @@
-"""A real ZooKeeper (Debian's package, installed by the Makefile) and bayou brokers in cluster
-mode, each a subprocess with its own data directory and ports."""
+"""Fixtures of the cluster tests: one ZooKeeper per module, three brokers per test
+(support/cluster.py)."""
 
 from __future__ import annotations
 
-import json
-import re
-import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
-from support.brokers import BrokerProcess, free_port
+from support.cluster import CLUSTER_CONFIG, Cluster, running_cluster, running_zookeeper, v1
 from support.zookeeper import ZooKeeperServer
 
-CLUSTER_CONFIG = """
-[cluster]
-session_timeout_ms = 3000
-
-[broker]
-replica_lag_timeout_ms = 2000
-ack_all_timeout_ms = 3000
-"""
+__all__ = ["CLUSTER_CONFIG", "Cluster", "v1"]
 
 
 @pytest.fixture(scope="module")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    zk = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
-    try:
+    with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as zk:
         yield zk
-    finally:
-        zk.stop()
-
-
-def v1(port: int, line: str, timeout: float = 10.0) -> str:
-    """One V1 request on a fresh connection; the reply line ("" if the connection failed)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(line.encode() + b"\n")
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = s.recv(1 << 20)
-                if not chunk:
-                    return ""
-                buf += chunk
-            return buf.decode().strip()
-    except OSError:
-        return ""
-
-
-class Cluster:
-    """Brokers 1..n joined to one ZooKeeper chroot; a killed broker restarts on its own ports and data."""
-
-    def __init__(self, root: Path, zk: ZooKeeperServer, n: int, chroot: str) -> None:
-        self.root = root
-        self.zk = zk
-        self.url = zk.url(chroot)
-        self.chroot = "/" + chroot.strip("/")
-        self.cfg = root / "cluster.toml"
-        self.cfg.write_text(CLUSTER_CONFIG)
-        self.brokers: dict[int, BrokerProcess] = {i: self._process(i) for i in range(1, n + 1)}
-        self.kazoo = KazooClient(hosts=zk.hosts + self.chroot, timeout=10.0)
-
-    def _process(self, i: int) -> BrokerProcess:
-        """Broker ``i`` on fresh free ports (its data directory stays the same)."""
-        data = self.root / f"broker{i}" / "data"
-        data.parent.mkdir(parents=True, exist_ok=True)
-        return BrokerProcess(data, "--config", str(self.cfg), "--cluster", self.url, "--broker-id", str(i),
-                             "--replication", f"127.0.0.1:{free_port()}", "--advertised-host", "127.0.0.1",
-                             fsync="always")
-
-    def start(self) -> Cluster:
-        for i in self.brokers:
-            try:
-                self.brokers[i].start(timeout=60)
-            except RuntimeError:  # exited at once: a free port taken meanwhile; try new ports once
-                self.brokers[i] = self._process(i)
-                self.brokers[i].start(timeout=60)
-        self.kazoo.start(timeout=20)
-        self.wait(lambda: len(self.live()) == len(self.brokers), 30, "every broker registered")
-        return self
-
-    def live(self) -> list[int]:
-        """Broker ids registered in ZooKeeper now."""
-        try:
-            return sorted(int(b) for b in self.kazoo.get_children("/brokers/ids"))
-        except Exception:
-            return []
-
-    def stop(self) -> None:
-        for b in self.brokers.values():
-            if b.proc is not None and b.proc.poll() is None:
-                b.kill()
-        self.kazoo.stop()
-        self.kazoo.close()
-
-    def state(self, topic: str, partition: int) -> dict[str, object]:
-        """The partition's state node (no leader, empty ISR while it does not exist)."""
-        try:
-            data, _stat = self.kazoo.get(f"/topics/{topic}/partitions/{partition}/state")
-        except NoNodeError:
-            return {"leader": -1, "leader_epoch": -1, "isr": []}
-        doc: dict[str, object] = json.loads(data)
-        return doc
-
-    def leader(self, topic: str, partition: int) -> int:
-        return int(self.state(topic, partition)["leader"])  # type: ignore[call-overload]
-
-    def isr(self, topic: str, partition: int) -> list[int]:
-        return list(self.state(topic, partition)["isr"])  # type: ignore[call-overload]
-
-    def wait(self, cond: object, timeout: float, what: str) -> float:
-        """Poll ``cond()`` until true; the seconds it took."""
-        t0 = time.monotonic()
-        while not cond():  # type: ignore[operator]
-            if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-            time.sleep(0.05)
-        return time.monotonic() - t0
 
 
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    name = re.sub(r"[^A-Za-z0-9_-]", "_", request.node.name)[:40]
-    c = Cluster(tmp_path, zookeeper, 3, f"bayou-{name}-{time.monotonic_ns()}").start()
-    try:
+    with running_cluster(zookeeper, tmp_path, request.node.name) as c:
         yield c
-    finally:
-        c.stop()

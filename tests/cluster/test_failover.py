@@ -4,61 +4,14 @@ production, and a checker that every acknowledged record is there exactly once, 
 from __future__ import annotations
 
 import re
-import threading
 import time
 
 import pytest
 
 from conftest import Cluster, v1
+from support.cluster import OK, Producer, consume_all
 
 pytestmark = pytest.mark.slow
-
-OK = re.compile(r"^V1\|\d+\|OK\|partition=(\d+) offset=(\d+) hw=(-?\d+)$")
-
-
-class Producer(threading.Thread):
-    """Sends unique values with acks=all to whichever broker leads, one at a time; remembers the
-    acknowledged ones (value, offset) in acknowledgement order."""
-
-    def __init__(self, cluster: Cluster, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.cluster = cluster
-        self.topic = topic
-        self.acked: list[tuple[str, int]] = []
-        self.attempts = 0
-        self.stop_flag = threading.Event()
-        self.target = 1
-
-    def run(self) -> None:
-        ids = sorted(self.cluster.brokers)
-        while not self.stop_flag.is_set():
-            value = f"r{self.attempts}"
-            self.attempts += 1
-            reply = v1(self.cluster.brokers[self.target].port,
-                       f"V1|{self.attempts}|PRODUCE|{self.topic} k:{value} acks=all", timeout=5)
-            m = OK.match(reply)
-            if m:
-                self.acked.append((value, int(m.group(2))))
-                continue
-            self.target = ids[(ids.index(self.target) + 1) % len(ids)]  # NOT_LEADER, timeout, dead
-            time.sleep(0.02)
-
-
-def consume_all(port: int, topic: str) -> list[tuple[int, str]]:
-    out: list[tuple[int, str]] = []
-    offset = 0
-    while True:
-        reply = v1(port, f"V1|1|CONSUME|{topic} 0 {offset}")
-        assert "|OK|" in reply, reply
-        body = reply.split("|OK|", 1)[1]
-        msgs = body.split(" hw=")[0].removeprefix("messages=")
-        if not msgs:
-            return out
-        for item in msgs.split(","):
-            off, _sep, value = item.partition(":")
-            out.append((int(off), value))
-        offset = out[-1][0] + 1
-
 
 def test_sigkill_rounds_on_the_leader_lose_no_acknowledged_record(cluster: Cluster) -> None:
     topic = "ledger"

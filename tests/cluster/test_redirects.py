@@ -104,6 +104,55 @@ def test_admin_commands_see_and_change_the_cluster(cluster: Cluster) -> None:
     assert "elected_changes=0" in v1(cluster.brokers[live].port, f"V1|7|ADMIN_ELECT_TOPIC_LEADERS|{topic}")
 
 
+def _ask_at_once(port: int, lines: list[str]) -> list[str]:
+    """Send ``lines`` on one already-open connection the moment it is asked, and read the replies."""
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as s:
+        s.sendall("".join(f"{line}\n" for line in lines).encode())
+        buf = b""
+        while buf.count(b"\n") < len(lines):
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            buf += chunk
+    return buf.decode().splitlines()
+
+
+def test_a_topic_made_elsewhere_is_waited_for_not_unknown(cluster: Cluster) -> None:
+    """Issue 13.14: a request naming a topic that ZooKeeper has but this broker has not opened yet
+    (its watch still on the way) waits for the local copy instead of answering "unknown topic"
+    (the cause of a flaky test). Every other broker is asked the moment the creation is answered,
+    each about every partition led by it."""
+    for n in range(4):
+        topic = f"fresh{n}"
+        others = [b for b in cluster.brokers if b != 1]
+        socks = {b: socket.create_connection(("127.0.0.1", cluster.brokers[b].port), timeout=15)
+                 for b in others}
+        try:
+            assert "|OK|" in v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 6 3")
+            for s in socks.values():
+                s.sendall(f"V1|2|ADMIN_DESCRIBE_TOPIC|{topic}\nV1|3|CONSUME|{topic} 5 0\n".encode())
+            for b, s in socks.items():
+                buf = b""
+                while buf.count(b"\n") < 2:
+                    chunk = s.recv(1 << 16)
+                    assert chunk, f"broker {b} closed the connection"
+                    buf += chunk
+                describe, consume = buf.decode().splitlines()
+                assert describe.startswith(f"V1|2|OK|topic={topic} partitions=6 "), (b, describe)
+                assert consume == "V1|3|OK|messages= hw=-1", (b, consume)
+        finally:
+            for s in socks.values():
+                s.close()
+    # REPLICA_FETCH at each partition's leader, as soon as ZooKeeper names it
+    t2 = "fresh-roles"
+    assert "|OK|" in v1(cluster.brokers[1].port, f"V1|4|ADMIN_CREATE_TOPIC|{t2} 6 3")
+    for p in range(6):
+        leader = cluster.leader(t2, p)
+        follower = next(b for b in cluster.isr(t2, p) if b != leader)
+        reply = _ask_at_once(cluster.brokers[leader].port, [f"V1|5|REPLICA_FETCH|{t2} {p} {follower} 0"])
+        assert reply and reply[0].startswith("V1|5|OK|"), (p, leader, reply)
+
+
 def test_partition_role_replica_fetch_tank_acks_and_iggy_metadata(cluster: Cluster) -> None:
     from bayou.protocols.iggy import messages as im
     from support.iggy import legacy_login

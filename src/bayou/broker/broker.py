@@ -29,6 +29,7 @@ from bayou.errors import (
     InvalidConfig,
     InvalidPartitions,
     InvalidRequest,
+    NotEnoughReplicas,
     NotLeader,
     OffsetOutOfRange,
     ReplicationTimeout,
@@ -341,6 +342,32 @@ class Broker:
             raise UnknownPartition(f"topic {topic} has no partition {partition}")
         return t.partitions[partition]
 
+    async def ready_topic(self, name: str, partition: int = 0) -> Topic:
+        """``topic(name)`` for a request. In cluster mode a topic (or partition) that ZooKeeper has
+        but this broker has not opened yet, or whose cluster state has not reached it, is waited
+        for briefly instead of being called unknown: a client that created it through another
+        broker must not be told it does not exist because a watch is still on its way."""
+        if self.cluster is not None:
+            t = self.topics.get(name)
+            if (t is None or not 0 <= partition < len(t.partitions)
+                    or t.partitions[partition].cluster is None):
+                await self.cluster.catch_up(name, partition)
+        return self.topic(name)
+
+    async def has_topic(self, name: str) -> bool:
+        """Whether ``name`` exists, for a request (in cluster mode: see ``ready_topic``)."""
+        if name not in self.topics and self.cluster is not None:
+            try:
+                await self.ready_topic(name)
+            except UnknownTopic:
+                return False
+        return name in self.topics
+
+    async def ready_partition(self, topic: str, partition: int) -> Partition:
+        """``partition(topic, partition)`` for a request (see ``ready_topic``)."""
+        await self.ready_topic(topic, partition)
+        return self.partition(topic, partition)
+
     def list_topics(self) -> list[str]:
         return sorted(self.topics)
 
@@ -560,6 +587,18 @@ class Broker:
         if part.role != LEADER or (meta is not None and meta.leader != self.config.broker_id):
             raise NotLeader()
 
+    def _check_insync(self, part: Partition, acks: Acks) -> None:
+        """Cluster mode, acks=all: refuse before appending when fewer replicas are in sync than
+        ``min.insync.replicas`` (an append that could only time out would still become visible,
+        and the client's retry would store it twice). A single node keeps the V1 model, where
+        followers report while the produce waits (rtes.md 6.2)."""
+        rs = part.cluster
+        if acks == Acks.ALL and rs is not None:
+            need = self.min_insync_replicas(part.topic)
+            if len(rs.isr) < need:
+                raise NotEnoughReplicas(f"not enough in-sync replicas: {len(rs.isr)} in sync "
+                                        f"({list(rs.isr)}), min.insync.replicas={need}")
+
     @staticmethod
     def _epoch(part: Partition) -> int | None:
         """The leader epoch a cluster leader stamps on what it appends (None on a single node)."""
@@ -582,7 +621,7 @@ class Broker:
         """
         if self.closing:
             raise BrokerShuttingDown()
-        t = await self.ensure_topic(topic) if create else self.topic(topic)
+        t = await self.ensure_topic(topic) if create else await self.ready_topic(topic, partition)
         if not 0 <= partition < len(t.partitions):
             raise UnknownPartition(f"topic {topic} has no partition {partition}")
         part = t.partitions[partition]
@@ -590,6 +629,7 @@ class Broker:
             assert self.cluster is not None
             return await self.cluster.forward_produce(topic, partition, bytes(batch), acks)
         self._check_leader(part)
+        self._check_insync(part, acks)
         if stamp is None:
             info = part.log.append(batch, at_offset=at_offset, leader_epoch=self._epoch(part))
         else:
@@ -632,7 +672,7 @@ class Broker:
         """
         if self.closing:
             raise BrokerShuttingDown()
-        part = self.partition(topic, partition)
+        part = await self.ready_partition(topic, partition)
         if forward and self._led_elsewhere(part):  # the leader checks the ids (see produce)
             assert self.cluster is not None
             count = ids.count if isinstance(ids, IdRun) else len(ids)
@@ -645,6 +685,7 @@ class Broker:
             if self.closing:
                 raise BrokerShuttingDown()
         self._check_leader(part)
+        self._check_insync(part, acks)
         # No await from here to the append: no other send to this partition runs in between.
         keep, staged = table.check(ids)
         if not any(keep):
@@ -721,7 +762,7 @@ class Broker:
         An offset below the log start raises OffsetOutOfRange; one at or past the end returns
         nothing (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches).
         """
-        part = self.partition(topic, partition)
+        part = await self.ready_partition(topic, partition)
         if not upto_log_end:
             self._check_replica(part)
         if offset < 0:
@@ -776,14 +817,14 @@ class Broker:
         """Where the batches a fetch from ``offset`` (up to the high watermark) would return lie in
         one segment file, for zero-copy serving; None when nothing is visible yet. An offset below
         the log start raises OffsetOutOfRange."""
-        part = self.partition(topic, partition)
+        part = await self.ready_partition(topic, partition)
         self._check_replica(part)
         return await asyncio.get_running_loop().run_in_executor(
             self._io, lambda: part.log.locate(offset, max_bytes, max_offset=part.high_watermark,
                                               payload_only=payload_only))
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
-        part = self.partition(topic, partition)
+        part = await self.ready_partition(topic, partition)
         self._check_replica(part)
         return await asyncio.get_running_loop().run_in_executor(
             self._io, part.log.offset_for_timestamp, timestamp)
@@ -798,7 +839,7 @@ class Broker:
         if role not in (LEADER, FOLLOWER):
             raise InvalidRequest("invalid role")
         if self.cluster is not None:
-            part = self.partition(topic, partition)
+            part = await self.ready_partition(topic, partition)
             rs = part.cluster
             if rs is None:
                 raise NotLeader("the partition's cluster state is not known yet")
@@ -831,7 +872,7 @@ class Broker:
         otherwise acknowledge records no replica holds): the reply is the real state, checked like
         a report (the partition led here, the id one of its replicas)."""
         if self.cluster is not None:
-            part = self.partition(topic, partition)
+            part = await self.ready_partition(topic, partition)
             rs = part.cluster
             if rs is None or not rs.is_leader:
                 raise NotLeader("partition is not leader")

@@ -167,7 +167,14 @@ class BayouServer:
         await node.start()
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish, then fsync and mark the data clean."""
+        """Stop accepting, let in-flight requests finish, then fsync and mark the data clean. In
+        cluster mode the leadership of this broker's partitions is handed to in-sync followers
+        first, while it still serves (controlled shutdown), so no partition is left leaderless."""
+        if self.cluster is not None:
+            try:
+                await self.cluster.controlled_shutdown(self.config.shutdown_grace_s)
+            except Exception:
+                log.exception("controlled shutdown failed; stopping anyway")
         for listener in self.listeners.values():
             listener.stop_accepting()
         await asyncio.gather(*(li.drain(self.config.shutdown_grace_s) for li in self.listeners.values()))

@@ -18,6 +18,7 @@ from bayou.errors import (
     InvalidConfig,
     InvalidRequest,
     InvalidTopicName,
+    NotEnoughReplicas,
     NotLeader,
     PartitionNotAssigned,
     ReplicationTimeout,
@@ -56,6 +57,7 @@ CONSUME_MAX_BYTES = 4 * 1024 * 1024
 ERROR_MAP: dict[type[BayouError], tuple[Code, str | None]] = {
     NotLeader: (Code.NOT_LEADER, "partition leader unavailable on this broker"),
     ReplicationTimeout: (Code.REPLICATION_TIMEOUT, "acks=all timeout"),
+    NotEnoughReplicas: (Code.REPLICATION_TIMEOUT, "not enough in-sync replicas"),
     GroupNotFound: (Code.GENERATION_MISMATCH, "group not found"),
     IllegalGeneration: (Code.GENERATION_MISMATCH, "stale generation"),
     UnknownMember: (Code.GENERATION_MISMATCH, "unknown member"),
@@ -141,12 +143,13 @@ class RtesService:
 
     # -- data ----------------------------------------------------------------------------------
 
-    def _partitions(self, topic: str) -> int:
+    async def _partitions(self, topic: str) -> int:
+        await self.broker.has_topic(topic)  # cluster mode: a topic made elsewhere is waited for
         return self.broker.partition_count(topic)
 
     async def produce(self, r: m.Produce) -> str:
         validate_topic_name(r.topic)
-        p = fnv1a_32(r.key) % self._partitions(r.topic)
+        p = fnv1a_32(r.key) % await self._partitions(r.topic)
         batch = encode_batch([Record(r.value, r.key, int(time.time() * 1000))])
         res = await self.broker.produce(r.topic, p, batch, ACKS[r.acks])
         return f"partition={p} offset={res.base_offset} hw={res.high_watermark - 1}"
@@ -154,7 +157,7 @@ class RtesService:
     async def _records(self, topic: str, partition: int, offset: int, limit: int,
                        upto_log_end: bool = False) -> tuple[list[tuple[int, bytes]], int]:
         """Records from ``offset`` (clamped to the log start), at most ``limit``; and the inclusive hw."""
-        part = self.broker.partition(topic, partition)
+        part = await self.broker.ready_partition(topic, partition)
         if not upto_log_end:
             self.broker.check_readable(topic, partition)
         hw = part.high_watermark
@@ -181,9 +184,9 @@ class RtesService:
 
     async def consume(self, r: m.Consume) -> bytes:
         validate_topic_name(r.topic)
-        if not 0 <= r.partition < self._partitions(r.topic):
+        if not 0 <= r.partition < await self._partitions(r.topic):
             raise RtesError(Code.BAD_REQUEST, "invalid partition")
-        if r.topic not in self.broker.topics:
+        if not await self.broker.has_topic(r.topic):
             return b"messages= hw=-1"
         records, hw = await self._records(r.topic, r.partition, r.offset, CONSUME_MAX_RECORDS)
         return b"messages=" + encode_records(records) + f" hw={hw}".encode()
@@ -279,18 +282,16 @@ class RtesService:
     async def admin_create_topic(self, r: m.AdminCreateTopic) -> str:
         validate_topic_name(r.topic)
         config = dict(r.config)
-        if r.replication_factor != m.DEFAULT_REPLICATION_FACTOR:  # -1: the broker's default
-            config["replication.factor"] = str(r.replication_factor)
+        config["replication.factor"] = str(r.replication_factor)
         # the same topic again is fine (idempotent); another partition count is not
         topic = await self.broker.create_topic(r.topic, r.partitions, config, exist_ok=True)
         if len(topic.partitions) != r.partitions:
             raise TopicAlreadyExists(f"topic already exists: {r.topic} ({len(topic.partitions)} partitions)")
-        rf = (topic.meta.config.get("replication.factor", str(self.broker.config.replication_factor))
-              if r.replication_factor == m.DEFAULT_REPLICATION_FACTOR else str(r.replication_factor))
-        return f"topic={r.topic} partitions={r.partitions} replication_factor={rf} " + self._meta_tail()
+        return (f"topic={r.topic} partitions={r.partitions} replication_factor={r.replication_factor} "
+                + self._meta_tail())
 
     async def admin_describe_topic(self, r: m.AdminDescribeTopic) -> str:
-        if r.topic not in self.broker.topics:
+        if not await self.broker.has_topic(r.topic):
             raise RtesError(Code.BAD_REQUEST, f"topic not found: {r.topic}")
         info = self.broker.describe_topic(r.topic)
         rf = info.config.get("replication.factor", str(self.broker.config.replication_factor))
@@ -304,7 +305,7 @@ class RtesService:
                 f"roles={go_list(p.role for p in parts)} config={config}")
 
     async def admin_delete_topic(self, r: m.AdminDeleteTopic) -> str:
-        if r.topic not in self.broker.topics:
+        if not await self.broker.has_topic(r.topic):
             raise RtesError(Code.BAD_REQUEST, f"topic not found: {r.topic}")
         await self.broker.delete_topic(r.topic)
         return f"topic={r.topic} deleted=true " + self._meta_tail()
@@ -321,7 +322,7 @@ class RtesService:
 
     async def admin_set_partition_leader(self, r: m.AdminSetPartitionLeader) -> str:
         md = self.broker.metadata
-        if r.topic not in self.broker.topics:
+        if not await self.broker.has_topic(r.topic):
             raise RtesError(Code.BAD_REQUEST, f"topic not found: {r.topic}")
         if (r.topic, r.partition) not in md.partitions:
             raise RtesError(Code.BAD_REQUEST, f"partition not found: topic={r.topic} partition={r.partition}")
@@ -351,7 +352,7 @@ class RtesService:
         return f"broker_id={r.broker_id} fenced={go_bool(r.fenced)} " + self._meta_tail()
 
     async def admin_elect(self, r: m.AdminElectTopicLeaders) -> str:
-        if r.topic not in self.broker.topics:
+        if not await self.broker.has_topic(r.topic):
             raise UnknownTopic(f"topic not found: {r.topic}")
         if self.broker.cluster is not None:
             return f"topic={r.topic} elected_changes={await self.broker.cluster.elect_leaders(r.topic)}"

@@ -19,7 +19,14 @@ import time
 from dataclasses import dataclass, field
 
 from bayou.broker import Acks, Broker
-from bayou.errors import BayouError, CorruptRecord, NotLeader, OffsetOutOfRange, ReplicationTimeout
+from bayou.errors import (
+    BayouError,
+    CorruptRecord,
+    NotEnoughReplicas,
+    NotLeader,
+    OffsetOutOfRange,
+    ReplicationTimeout,
+)
 from bayou.protocols.tank.bundles import TankMessage, encode_bundle, encode_chunk_record
 from bayou.protocols.tank.messages import Endpoint
 from bayou.records.batch import ATTR_SPARSE, HEADER_SIZE, assemble_batch, decode_records
@@ -113,6 +120,8 @@ async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: byt
         await broker.produce(topic, partition, batch, acks, create=False, at_offset=at)
     except OffsetOutOfRange:  # a sparse first seq at or below the high water mark
         return PRODUCE_INVALID_SEQ
+    except NotEnoughReplicas:  # fewer in sync than min.insync.replicas: nothing was stored
+        return PRODUCE_INSUFFICIENT_REPLICAS
     except ReplicationTimeout:
         return PRODUCE_ACK_TIMEOUT
     except NotLeader as exc:

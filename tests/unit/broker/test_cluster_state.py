@@ -17,6 +17,7 @@ from bayou.broker.cluster.state import (
     TopicAssignment,
     after_failures,
     assign_replicas,
+    hand_over,
     initial_state,
 )
 from bayou.broker.cluster.zk import parse_url
@@ -136,3 +137,23 @@ def test_partitions_to_drop_after_missed_removals() -> None:
     # two removals missed (to 3, then to 2, partitions added between): everything from 2 goes
     assert partitions_to_drop('[["a", 5], ["b", 3], ["c", 2]]', '[["a", 5]]') == 2
     assert partitions_to_drop('[["a", 1], ["b", 4]]', '[["a", 1]]') == 4
+
+
+def test_a_leaving_broker_is_marked_in_its_registration() -> None:
+    reg = BrokerRegistration(2, "10.0.0.2", {"rtes": 9092}, leaving=True)
+    assert BrokerRegistration.from_json(reg.to_json()) == reg
+    assert b"leaving" not in BrokerRegistration(2, "h").to_json()  # older brokers read it unchanged
+
+
+def test_hand_over_moves_leadership_off_leaving_brokers_to_in_sync_followers() -> None:
+    s = PartitionState(1, 4, (1, 2, 3))
+    assert hand_over(s, [1, 2, 3], set()) is s
+    assert hand_over(s, [1, 2, 3], {1}) == PartitionState(2, 5, (2, 3))  # next in assignment order
+    assert hand_over(s, [1, 3, 2], {1}) == PartitionState(3, 5, (2, 3))
+    assert hand_over(s, [1, 2, 3], {3}) == PartitionState(1, 4, (1, 2))  # a follower leaves the ISR
+    assert hand_over(s, [1, 2, 3], {1, 2}) == PartitionState(3, 5, (3,))
+    alone = PartitionState(1, 4, (1,))
+    assert hand_over(alone, [1, 2, 3], {1}) is alone  # nobody in sync to take over: it stays
+    assert hand_over(s, [1, 2, 3], {1, 2, 3}) is s
+    leaderless = PartitionState(NO_LEADER, 4, (1,))
+    assert hand_over(leaderless, [1, 2, 3], {1}) is leaderless

@@ -52,6 +52,7 @@ from bayou.broker.cluster.state import (
     TopicAssignment,
     after_failures,
     assign_replicas,
+    hand_over,
     initial_state,
     member_broker,
     partitions_to_drop,
@@ -64,6 +65,7 @@ from bayou.errors import (
     InvalidConfig,
     InvalidPartitions,
     InvalidRequest,
+    NotEnoughReplicas,
     NotLeader,
     OffsetOutOfRange,
     ReplicationTimeout,
@@ -124,6 +126,7 @@ class ClusterNode:
         self._synced = asyncio.Event()
         self.started = asyncio.Event()  # joined: registered, reaped, first reconcile done
         self._stopping = False
+        self._leaving = False  # controlled shutdown under way: hand over, shrink no ISR
         self._passes = 0
         self._locks: dict[str, asyncio.Lock] = {}
         # idle connections to other brokers' replication listeners, for forwarded produces
@@ -164,6 +167,39 @@ class ClusterNode:
                 f"the data directory {self.broker.config.data_dir} belongs to cluster {known}, but "
                 f"ZooKeeper at {self.url} holds cluster {cluster_id}: wrong --cluster address or chroot? "
                 f"(remove {path} only to make this data directory join that cluster)")
+
+    async def controlled_shutdown(self, timeout: float) -> bool:
+        """Kafka's controlled shutdown, before a graceful stop stops serving: announce that this
+        broker is leaving; the controller moves the leadership of its partitions to in-sync
+        followers (next epoch) and takes it out of every ISR (``hand_over``). Returns once no
+        partition that someone else could lead is led here any more (True), or after ``timeout``
+        (False). Partitions with no other in-sync replica stay led here until the broker is gone."""
+        if self._task is None or self._stopping:
+            return True
+        self._leaving = True
+        t0 = time.monotonic()
+        try:
+            await self._run(self.zk.announce_leaving)
+        except StorageError as exc:
+            log.warning("controlled shutdown: cannot reach ZooKeeper (%s); stopping without it", exc)
+            return False
+        self._wake.set()
+        while True:
+            snap = self.snapshot
+            staying = {b for b, reg in snap.brokers.items() if not reg.leaving} if snap else set()
+            pending = [f"{p.topic}/{p.index}" for t in list(self.broker.topics.values()) for p in t.partitions
+                       if p.cluster is not None and p.cluster.is_leader
+                       and any(b != self.me and b in staying for b in p.cluster.isr)]
+            if not pending:
+                log.info("controlled shutdown: leadership handed over in %.2f s",
+                         time.monotonic() - t0)
+                return True
+            if time.monotonic() - t0 > timeout:
+                log.warning("controlled shutdown: %d partitions still led here after %.0f s: %s",
+                            len(pending), timeout, ", ".join(pending[:10]))
+                return False
+            self._wake.set()
+            await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -307,6 +343,21 @@ class ClusterNode:
                 raise UnknownTopic(f"topic {name} did not reach this broker in {timeout:.0f} s")
             self._wake.set()
             await asyncio.sleep(0.02)
+
+    async def catch_up(self, name: str, partition: int, timeout: float = 5.0) -> None:
+        """A request named a partition this broker has not opened (or whose state it has not
+        taken) yet: when ZooKeeper has it, wake the reconciler and wait for the local copy;
+        NotLeader (retriable) if it does not arrive in time. Returns at once when ZooKeeper does
+        not have it either (the caller then answers unknown topic/partition)."""
+        assignment = await self._run(self.zk.topic_assignment, name)
+        if assignment is None or partition not in assignment.partitions:
+            return
+        try:
+            await self._await_local(name, timeout=timeout, partitions=partition + 1,
+                                    topic_id=assignment.config.get(TOPIC_ID))
+        except UnknownTopic:
+            raise NotLeader(f"partition {partition} of topic {name} has not reached this broker "
+                            "yet; retry") from None
 
     async def delete_topic(self, name: str) -> None:
         await self._run(self.zk.delete_topic, name)
@@ -519,9 +570,10 @@ class ClusterNode:
 
     async def _control(self, snap: Snapshot) -> None:
         live = set(snap.brokers)
+        leaving = {b for b, reg in snap.brokers.items() if reg.leaving}
         for (topic, p), (state, version) in sorted(snap.states.items()):
             replicas = snap.topics[topic].partitions.get(p, [])
-            new = after_failures(state, replicas, live)
+            new = hand_over(after_failures(state, replicas, live), replicas, leaving)
             if new != state and await self._run(self.zk.set_state, topic, p, new, version):
                 log.info("controller: %s/%d leader %d -> %d (epoch %d), isr %s", topic, p,
                          state.leader, new.leader, new.leader_epoch, list(new.isr))
@@ -645,12 +697,15 @@ class ClusterNode:
             task.cancel()
 
     async def _maintain_isr(self, snap: Snapshot) -> None:
+        if self._leaving:  # the controller hands the partitions over; draining must not shrink ISRs
+            return
+        staying = {b for b, reg in snap.brokers.items() if not reg.leaving}  # leaving ones never rejoin
         for topic in list(self.broker.topics.values()):
             for part in topic.partitions:
                 rs = part.cluster
                 if rs is None or not rs.is_leader:
                     continue
-                wanted = rs.wanted_isr(part.log.next_offset, self.lag_timeout_s, set(snap.brokers),
+                wanted = rs.wanted_isr(part.log.next_offset, self.lag_timeout_s, staying,
                                        self.broker.config.replica_max_lag_records)
                 if wanted == rs.isr:
                     continue
@@ -776,6 +831,8 @@ class ClusterNode:
                 result = await self.broker.produce(req.topic, req.partition, req.batch, acks, create=False)
         except NotLeader:
             return ProduceReply(ProduceError.NOT_LEADER, message="not the partition's leader")
+        except NotEnoughReplicas as exc:  # nothing appended: the forwarder raises the same error
+            return ProduceReply(ProduceError.REJECTED, message=f"{exc.code}: {exc.message}")
         except ReplicationTimeout as exc:
             return ProduceReply(ProduceError.REPLICATION_TIMEOUT, message=exc.message)
         except UnknownTopic as exc:

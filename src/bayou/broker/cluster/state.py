@@ -59,19 +59,27 @@ def state_path(topic: str, partition: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
+    """A live broker's node. ``leaving``: it is stopping (controlled shutdown, Kafka's
+    ``shuttingDownBrokers``): its partitions' leadership moves to in-sync followers and it leaves
+    every ISR, while it still serves until that is done."""
+
     broker_id: int
     host: str
     endpoints: dict[str, int] = field(default_factory=dict)  # protocol name -> port
+    leaving: bool = False
 
     def to_json(self) -> bytes:
-        return json.dumps({"broker_id": self.broker_id, "host": self.host,
-                           "endpoints": self.endpoints}).encode()
+        doc: dict[str, Any] = {"broker_id": self.broker_id, "host": self.host, "endpoints": self.endpoints}
+        if self.leaving:
+            doc["leaving"] = True
+        return json.dumps(doc).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> BrokerRegistration:
         doc = json.loads(data)
         return cls(int(doc["broker_id"]), str(doc["host"]),
-                   {str(k): int(v) for k, v in doc.get("endpoints", {}).items()})
+                   {str(k): int(v) for k, v in doc.get("endpoints", {}).items()},
+                   bool(doc.get("leaving", False)))
 
     def address(self, protocol: str) -> tuple[str, int] | None:
         port = self.endpoints.get(protocol)
@@ -154,6 +162,23 @@ def after_failures(state: PartitionState, replicas: list[int], live: set[int]) -
             return state
         return PartitionState(NO_LEADER, state.leader_epoch + 1, (state.leader,))
     return PartitionState(candidates[0], state.leader_epoch + 1, alive_isr)
+
+
+def hand_over(state: PartitionState, replicas: list[int], leaving: set[int]) -> PartitionState:
+    """Controlled shutdown: a partition led by a ``leaving`` broker moves to the first replica (in
+    assignment order) that is in the ISR and not leaving, with the next epoch; leaving brokers
+    leave the ISR. When no one else is in sync, nothing changes: the leaving broker keeps leading
+    until it is gone (then ``after_failures`` applies), so no acknowledged record is lost."""
+    if (not leaving or state.leader == NO_LEADER
+            or (state.leader not in leaving and not leaving & set(state.isr))):
+        return state
+    staying = tuple(b for b in state.isr if b not in leaving)
+    if not staying:
+        return state
+    if state.leader not in leaving:
+        return PartitionState(state.leader, state.leader_epoch, staying)
+    leader = next((b for b in replicas if b in staying), staying[0])
+    return PartitionState(leader, state.leader_epoch + 1, staying)
 
 
 # Members bound to a client connection (Iggy's) are numbered per broker: the broker id in the high

@@ -154,6 +154,13 @@ class ZkCluster:
         self.session_lost.clear()
         log.info("registered broker %d in ZooKeeper", self.broker_id)
 
+    def announce_leaving(self) -> None:
+        """Controlled shutdown: mark this broker's node ``leaving`` (a re-registration after a
+        reconnect keeps the mark)."""
+        reg = self.registration
+        self.registration = BrokerRegistration(reg.broker_id, reg.host, dict(reg.endpoints), leaving=True)
+        self.zk.set(broker_path(self.broker_id), self.registration.to_json())
+
     def cluster_id(self) -> str:
         """The cluster's id, created by the first broker to ask (Kafka's /cluster/id)."""
         with contextlib.suppress(NodeExistsError):
@@ -200,6 +207,7 @@ class ZkCluster:
                 continue
             reg = BrokerRegistration.from_json(data)
             brokers[reg.broker_id] = reg
+            self._watch(f"{BROKERS}/{child}")  # a broker announcing its controlled shutdown
         controller: int | None = None
         try:
             data, _stat = self.zk.get(CONTROLLER)
@@ -368,6 +376,14 @@ class ZkCluster:
 
     def topic_names(self) -> list[str]:
         return sorted(self.zk.get_children(TOPICS))
+
+    def topic_assignment(self, name: str) -> TopicAssignment | None:
+        """One topic's assignment as ZooKeeper has it now (None: no such topic, or being made)."""
+        try:
+            data, _stat = self.zk.get(topic_path(name))
+        except NoNodeError:
+            return None
+        return TopicAssignment.from_json(data) if data else None
 
     def doc(self, path: str) -> tuple[bytes, int]:
         """A shared document (empty if nobody wrote it yet) and its znode version."""

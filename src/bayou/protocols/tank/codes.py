@@ -152,6 +152,7 @@ PRODUCE_ERROR_FOR: Mapping[type[errors.BayouError], ProduceError] = MappingProxy
     errors.OffsetRegression: ProduceError.INVALID_SEQ_NUMS,
     errors.NotLeader: ProduceError.NO_LEADER,
     errors.ReplicationTimeout: ProduceError.ACK_TIMEOUT,
+    errors.NotEnoughReplicas: ProduceError.INSUFFICIENT_REPLICAS,
     errors.StorageError: ProduceError.SYSTEM_ERROR,
 })
 

@@ -1,0 +1,176 @@
+"""Issue 13, items 11 and 12, on a real 3-broker cluster (ZooKeeper from Debian's package):
+
+* SIGTERM to a partition leader while acks=all production runs and a consumer long-polls it: the
+  leader hands its partitions to in-sync followers through ZooKeeper before it stops serving
+  (Kafka's controlled shutdown), so no partition is ever leaderless and production resumes through
+  the other brokers; every acknowledged record is stored once, where the acknowledgement said.
+* An acks=all produce with fewer in-sync replicas than min.insync.replicas is refused before it
+  is appended (nothing becomes visible, so a client's retry cannot duplicate it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bayou.protocols.tank import messages as tm
+from bayou.protocols.tank.bundles import TankMessage, encode_bundle
+from bayou.records.hashing import fnv1a_32
+from support.cluster import Cluster, Producer, consume_all, running_cluster, running_zookeeper, v1
+from support.tank import TankConn
+from support.zookeeper import ZooKeeperServer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as zk:
+        yield zk
+
+
+@pytest.fixture
+def cluster(zookeeper: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    with running_cluster(zookeeper, tmp_path, request.node.name) as c:
+        yield c
+
+
+class LongPoll(threading.Thread):
+    """A TANK consume at the partition's tail with a long wait, held open on one broker."""
+
+    def __init__(self, port: int, topic: str, partition: int) -> None:
+        super().__init__(daemon=True)
+        self.port, self.topic, self.partition = port, topic, partition
+        self.answered = threading.Event()
+        self.sent = threading.Event()
+        self.outcome: object = None
+
+    def run(self) -> None:
+        async def poll() -> object:
+            conn = await TankConn.open(self.port)
+            try:
+                req = tm.Consume(1, (tm.ConsumeTopic(self.topic, (
+                    tm.ConsumePartition(self.partition, (1 << 64) - 1, 1 << 16),)),), max_wait=20_000)
+                call = asyncio.ensure_future(conn.call(req))
+                await asyncio.sleep(0)
+                self.sent.set()
+                return await asyncio.wait_for(call, 30)
+            finally:
+                await conn.close()
+
+        try:
+            self.outcome = asyncio.run(poll())
+        except Exception as exc:  # the broker closed the connection: also an answer
+            self.outcome = exc
+        self.answered.set()
+
+
+def test_sigterm_hands_leadership_over_before_the_leader_stops(cluster: Cluster) -> None:
+    topic = "handover"
+    assert "|OK|" in v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 3 3")
+    cluster.wait(lambda: all(len(cluster.isr(topic, p)) == 3 for p in range(3)), 30, "full ISRs")
+    part = fnv1a_32(b"k") % 3  # where the producer's key lands
+    leaving = cluster.leader(topic, part)
+    led_before = [p for p in range(3) if cluster.leader(topic, p) == leaving]
+    epochs = {p: int(cluster.state(topic, p)["leader_epoch"]) for p in range(3)}  # type: ignore[call-overload]
+
+    producer = Producer(cluster, topic)
+    producer.target = leaving
+    producer.start()
+    poll = LongPoll(cluster.brokers[leaving].tank_port, topic, part)
+    try:
+        cluster.wait(lambda: len(producer.acked) >= 20, 30, "acknowledged produces")
+        poll.start()
+        assert poll.sent.wait(10)
+        proc = cluster.brokers[leaving].proc
+        assert proc is not None
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        leaderless: list[tuple[int, dict[str, object]]] = []
+
+        def handed_over() -> bool:
+            states = {p: cluster.state(topic, p) for p in range(3)}
+            leaderless.extend((p, s) for p, s in states.items() if s["leader"] == -1)
+            return all(s["leader"] != leaving for s in states.values())
+
+        moved = cluster.wait(handed_over, 20, "leadership handed over")
+        cluster.wait(lambda: any(t > t0 and b != leaving for t, b in producer.acked_by), 20,
+                     "acks=all production through another broker")
+        resumed = next(t for t, b in producer.acked_by if t > t0 and b != leaving) - t0
+        assert proc.wait(30) == 0, cluster.brokers[leaving].log()
+        stopped = time.monotonic() - t0
+        # while it is down, every partition is led, by a broker that was in sync, one epoch on
+        for p in range(3):
+            state = cluster.state(topic, p)
+            assert state["leader"] not in (-1, leaving), state
+            assert leaving not in state["isr"], state  # type: ignore[operator]
+            if p in led_before:
+                assert int(state["leader_epoch"]) == epochs[p] + 1, state  # type: ignore[call-overload]
+        assert not leaderless, leaderless
+        assert poll.answered.wait(20), "the long poll was never answered or closed"
+        print(f"\nSIGTERM -> leadership moved {moved:.2f} s, acks=all production resumed through "
+              f"another broker {resumed:.2f} s, process exited {stopped:.2f} s")
+        cluster.wait(lambda: len(producer.acked_by) >= 10 + sum(t <= t0 for t, _b in producer.acked_by),
+                     20, "more produces after the stop")
+    finally:
+        producer.stop_flag.set()
+        producer.join(30)
+    cluster.brokers[leaving].start(timeout=60)
+    cluster.wait(lambda: len(cluster.isr(topic, part)) == 3, 60, "the restarted broker back in the ISR")
+    leader = cluster.leader(topic, part)
+    stored = consume_all(cluster.brokers[leader].port, topic, part)
+    assert [o for o, _v in stored] == list(range(len(stored)))
+    values = [v for _o, v in stored]
+    position = {v: i for i, v in enumerate(values)}
+    for value, offset in producer.acked:
+        assert values.count(value) == 1, f"acknowledged {value} stored {values.count(value)} times"
+        assert stored[position[value]][0] == offset
+    cluster.wait(lambda: all(consume_all(b.port, topic, part) == stored for b in cluster.brokers.values()),
+                 20, "every replica to hold the same records")
+
+
+def test_acks_all_below_min_insync_is_refused_before_it_is_appended(cluster: Cluster) -> None:
+    topic = "minisr"  # the brokers' default min.insync.replicas is 2
+    assert "|OK|" in v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 1 3")
+    cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, 30, "a full ISR")
+    leader = cluster.leader(topic, 0)
+    port = cluster.brokers[leader].port
+    assert "|OK|" in v1(port, f"V1|2|PRODUCE|{topic} k:first acks=all")
+    followers = [b for b in cluster.brokers if b != leader]
+    for b in followers:
+        cluster.brokers[b].kill()
+    cluster.wait(lambda: cluster.isr(topic, 0) == [leader], 20, "the ISR to shrink to the leader")
+    before = v1(port, f"V1|3|ADMIN_DESCRIBE_TOPIC|{topic}")
+    assert "log_end=[1]" in before, before
+
+    reply = v1(port, f"V1|4|PRODUCE|{topic} k:refused acks=all")
+    assert reply == "V1|4|ERR|REPLICATION_TIMEOUT|not enough in-sync replicas", reply
+
+    async def tank(acks: int) -> int:
+        conn = await TankConn.open(cluster.brokers[leader].tank_port)
+        try:
+            bundle = encode_bundle([TankMessage(value=b"refused-tank")])
+            req = tm.Produce(1, (tm.ProduceTopic(topic, (tm.ProduceEntry(0, bundle),)),), required_acks=acks)
+            resp = await conn.call(req)
+            assert isinstance(resp, tm.ProduceResponse)
+            return resp.topics[0].errors[0]
+        finally:
+            await conn.close()
+
+    assert asyncio.run(tank(2)) == 0x04  # TANK's insufficient replicas
+    after = v1(port, f"V1|5|ADMIN_DESCRIBE_TOPIC|{topic}")
+    assert "log_end=[1]" in after, after  # nothing was appended
+    assert v1(port, f"V1|6|CONSUME|{topic} 0 0") == "V1|6|OK|messages=0:first hw=0"
+    # acks=1 still works alone
+    assert v1(port, f"V1|7|PRODUCE|{topic} k:one acks=1").startswith("V1|7|OK|partition=0 offset=1")
+    for b in followers:
+        cluster.brokers[b].start(timeout=60)
+    cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, 60, "the followers back in the ISR")
+    assert v1(port, f"V1|8|PRODUCE|{topic} k:last acks=all").startswith("V1|8|OK|partition=0 offset=2")
+    assert [v for _o, v in consume_all(port, topic)] == ["first", "one", "last"]
