@@ -282,13 +282,15 @@ class RtesService:
     async def admin_create_topic(self, r: m.AdminCreateTopic) -> str:
         validate_topic_name(r.topic)
         config = dict(r.config)
-        config["replication.factor"] = str(r.replication_factor)
+        if r.replication_factor != m.DEFAULT_REPLICATION_FACTOR:  # -1: the broker's default
+            config["replication.factor"] = str(r.replication_factor)
         # the same topic again is fine (idempotent); another partition count is not
         topic = await self.broker.create_topic(r.topic, r.partitions, config, exist_ok=True)
         if len(topic.partitions) != r.partitions:
             raise TopicAlreadyExists(f"topic already exists: {r.topic} ({len(topic.partitions)} partitions)")
-        return (f"topic={r.topic} partitions={r.partitions} replication_factor={r.replication_factor} "
-                + self._meta_tail())
+        rf = (topic.meta.config.get("replication.factor", str(self.broker.config.replication_factor))
+              if r.replication_factor == m.DEFAULT_REPLICATION_FACTOR else str(r.replication_factor))
+        return f"topic={r.topic} partitions={r.partitions} replication_factor={rf} " + self._meta_tail()
 
     async def admin_describe_topic(self, r: m.AdminDescribeTopic) -> str:
         if not await self.broker.has_topic(r.topic):
