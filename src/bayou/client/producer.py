@@ -188,6 +188,11 @@ class Producer:
                 self._ready.append(batch)
                 self._inflight += 1
                 self._cond.notify_all()
+            elif len(batch.values) == 1:
+                # a new batch: the sender may be asleep with no deadline (nothing was open), so
+                # wake it to start this batch's linger clock; the future then completes once the
+                # batch is acknowledged, without a flush
+                self._cond.notify_all()
         return batch.future
 
     def send_batch(self, topic: str, partition: int, values: Sequence[bytes]) -> None:
