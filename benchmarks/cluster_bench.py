@@ -10,7 +10,9 @@ sends each partition's batches to that partition's leader (read from ZooKeeper).
 
 Failover: SIGKILL the leader of a partition, time until ZooKeeper names a new leader and until a
 produce to it is acknowledged (acks=all), restart the killed broker, wait for a full ISR; --rounds
-times.
+times. Then the same with SIGTERM (a controlled shutdown: the leader hands its partitions over
+before it stops). ZooKeeper runs with Debian's defaults (tickTime 2000 ms, so sessions of at least
+4 s; --tick-ms changes it) and the brokers with their default session timeout (4000 ms).
 
     .venv/bin/python benchmarks/cluster_bench.py
     .venv/bin/python benchmarks/cluster_bench.py --messages 200000 --rounds 3
@@ -22,6 +24,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import signal
 import socket
 import struct
 import sys
@@ -108,6 +111,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--window", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=10, help="failover rounds")
+    ap.add_argument("--tick-ms", type=int, default=2000, help="ZooKeeper tickTime (Debian: 2000)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bayou-cluster-bench-"))
     total = args.messages // args.batch // args.partitions * args.batch * args.partitions
@@ -125,10 +129,9 @@ def main() -> None:
         base = report("single node, acks=1", total, secs, args.size)
         single.stop()
 
-        zk = ZooKeeperServer(root / "zk").start()
+        zk = ZooKeeperServer(root / "zk", tick_ms=args.tick_ms, min_session_ms=None).start()
         cfg = root / "cluster.toml"
-        cfg.write_text("[cluster]\nsession_timeout_ms = 3000\n[broker]\nreplica_lag_timeout_ms = 5000\n"
-                       "ack_all_timeout_ms = 10000\n")
+        cfg.write_text("[broker]\nreplica_lag_timeout_ms = 5000\nack_all_timeout_ms = 10000\n")
         brokers: dict[int, BrokerProcess] = {}
         for i in (1, 2, 3):
             brokers[i] = BrokerProcess(root / f"b{i}" / "data", "--config", str(cfg), "--cluster",
@@ -161,34 +164,41 @@ def main() -> None:
         print(f"  acks=all RF 3 / single-node acks=1: {repl / base:.0%}", flush=True)
 
         key0 = next(f"k{i}" for i in range(10_000) if fnv1a_32(f"k{i}".encode()) % args.partitions == 0)
-        elect, ack = [], []
-        for _ in range(args.rounds):
-            old = int(state(0)["leader"])  # type: ignore[call-overload]
-            epoch = int(state(0)["leader_epoch"])  # type: ignore[call-overload]
-            t0 = time.monotonic()
-            brokers[old].kill()
-            wait(lambda o=old, e=epoch: int(state(0)["leader_epoch"]) > e  # type: ignore[call-overload]
-                 and int(state(0)["leader"]) not in (o, -1), 30)  # type: ignore[call-overload]
-            elect.append(time.monotonic() - t0)
-            # a V1 PRODUCE keyed for partition 0 (V1 partitions by FNV-1a of the key); each live
-            # broker is tried, the partition's leader acknowledges
-            live = [b for b in brokers if b != old]
-            deadline = time.monotonic() + 30
-            while not any("|OK|" in v1(brokers[b].port, f"V1|1|PRODUCE|{TOPIC} {key0}:x acks=all")
-                          for b in live):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("no acks=all produce acknowledged after the failover")
-                time.sleep(0.01)
-            ack.append(time.monotonic() - t0)
-            brokers[old].start(timeout=60)
-            wait(lambda: all(len(state(p)["isr"]) == 3 for p in range(args.partitions)), 60)  # type: ignore[arg-type]
-        if elect:
-            print(f"  failover over {args.rounds} rounds (SIGKILL of the leader, 3 s ZooKeeper session):")
-            med = sorted(elect)[len(elect) // 2]
-            print(f"    new leader in ZooKeeper: min {min(elect):.2f} s, median {med:.2f} s, "
-                  f"max {max(elect):.2f} s")
-            print(f"    first acks=all produce acknowledged by it: min {min(ack):.2f} s, "
-                  f"median {sorted(ack)[len(ack) // 2]:.2f} s, max {max(ack):.2f} s")
+        for how, sig in (("SIGKILL", signal.SIGKILL), ("SIGTERM", signal.SIGTERM)):
+            elect, ack = [], []
+            for _ in range(args.rounds):
+                old = int(state(0)["leader"])  # type: ignore[call-overload]
+                epoch = int(state(0)["leader_epoch"])  # type: ignore[call-overload]
+                t0 = time.monotonic()
+                proc = brokers[old].proc
+                assert proc is not None
+                proc.send_signal(sig)
+                wait(lambda o=old, e=epoch: int(state(0)["leader_epoch"]) > e  # type: ignore[call-overload]
+                     and int(state(0)["leader"]) not in (o, -1), 30)  # type: ignore[call-overload]
+                elect.append(time.monotonic() - t0)
+                # a V1 PRODUCE keyed for partition 0 (V1 partitions by FNV-1a of the key); each live
+                # broker is tried, the partition's leader acknowledges
+                live = [b for b in brokers if b != old]
+                deadline = time.monotonic() + 30
+                while not any("|OK|" in v1(brokers[b].port, f"V1|1|PRODUCE|{TOPIC} {key0}:x acks=all")
+                              for b in live):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("no acks=all produce acknowledged after the failover")
+                    time.sleep(0.01)
+                ack.append(time.monotonic() - t0)
+                proc.wait(60)
+                brokers[old].start(timeout=60)
+                wait(lambda: all(len(state(p)["isr"]) == 3  # type: ignore[arg-type]
+                                 for p in range(args.partitions)), 60)
+            if elect:
+                print(f"  {how} of partition 0's leader, {args.rounds} rounds (ZooKeeper tickTime "
+                      f"{args.tick_ms} ms, 4 s sessions):")
+                med = sorted(elect)[len(elect) // 2]
+                print(f"    new leader in ZooKeeper: min {min(elect):.2f} s, median {med:.2f} s, "
+                      f"max {max(elect):.2f} s")
+                print(f"    first acks=all produce acknowledged through another broker: "
+                      f"min {min(ack):.2f} s, median {sorted(ack)[len(ack) // 2]:.2f} s, "
+                      f"max {max(ack):.2f} s", flush=True)
         kz.stop()
     finally:
         for b in procs:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import threading
 import time
@@ -174,3 +175,34 @@ def test_acks_all_below_min_insync_is_refused_before_it_is_appended(cluster: Clu
     cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, 60, "the followers back in the ISR")
     assert v1(port, f"V1|8|PRODUCE|{topic} k:last acks=all").startswith("V1|8|OK|partition=0 offset=2")
     assert [v for _o, v in consume_all(port, topic)] == ["first", "one", "last"]
+
+
+def test_a_killed_leader_is_replaced_before_its_session_expires(zookeeper: ZooKeeperServer,
+                                                                tmp_path: Path) -> None:
+    """Issue 13.13: a SIGKILLed broker's listeners refuse connections at once; the followers that
+    find its replication port refused confirm it on every listener and remove its registration,
+    so the controller moves its partitions without waiting out a ZooKeeper session (here 30 s,
+    so only that path can pass the deadline)."""
+    config = "[cluster]\nsession_timeout_ms = 30000\n\n[broker]\nreplica_lag_timeout_ms = 2000\n"
+    with running_cluster(zookeeper, tmp_path, "fast-failover", config=config) as cluster:
+        topic = "fast"
+        assert "|OK|" in v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 3 3")
+        cluster.wait(lambda: all(len(cluster.isr(topic, p)) == 3 for p in range(3)), 30, "full ISRs")
+        controller = json.loads(cluster.kazoo.get("/controller")[0])["broker_id"]
+        victim = cluster.leader(topic, 0)
+        led = [p for p in range(3) if cluster.leader(topic, p) == victim]
+        cluster.brokers[victim].kill()
+        took = cluster.wait(lambda: all(cluster.leader(topic, p) not in (victim, -1) for p in led), 15,
+                            "new leaders while the dead broker's session is still open")
+        assert victim not in cluster.live()
+        for p in range(3):
+            assert victim not in cluster.isr(topic, p)
+        role = "the controller" if victim == controller else "not the controller"
+        print(f"\nSIGKILL -> new leaders in {took:.2f} s (the victim was {role})")
+        # an acks=all produce goes through at once; the dead broker comes back and catches up
+        key = next(f"k{i}" for i in range(1000) if fnv1a_32(f"k{i}".encode()) % 3 == 0)
+        port = cluster.brokers[cluster.leader(topic, 0)].port
+        cluster.wait(lambda: "|OK|" in v1(port, f"V1|2|PRODUCE|{topic} {key}:after acks=all"), 10,
+                     "the new leader to take an acks=all produce")
+        cluster.brokers[victim].start(timeout=60)
+        cluster.wait(lambda: all(len(cluster.isr(topic, p)) == 3 for p in range(3)), 60, "full ISRs again")

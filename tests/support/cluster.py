@@ -48,13 +48,14 @@ def v1(port: int, line: str, timeout: float = 10.0) -> str:
 class Cluster:
     """Brokers 1..n joined to one ZooKeeper chroot; a killed broker restarts on its own ports and data."""
 
-    def __init__(self, root: Path, zk: ZooKeeperServer, n: int, chroot: str) -> None:
+    def __init__(self, root: Path, zk: ZooKeeperServer, n: int, chroot: str,
+                 config: str = CLUSTER_CONFIG) -> None:
         self.root = root
         self.zk = zk
         self.url = zk.url(chroot)
         self.chroot = "/" + chroot.strip("/")
         self.cfg = root / "cluster.toml"
-        self.cfg.write_text(CLUSTER_CONFIG)
+        self.cfg.write_text(config)
         self.brokers: dict[int, BrokerProcess] = {i: self._process(i) for i in range(1, n + 1)}
         self.kazoo = KazooClient(hosts=zk.hosts + self.chroot, timeout=10.0)
 
@@ -175,10 +176,11 @@ def running_zookeeper(root: Path) -> Iterator[ZooKeeperServer]:
 
 
 @contextlib.contextmanager
-def running_cluster(zk: ZooKeeperServer, root: Path, name: str, n: int = 3) -> Iterator[Cluster]:
+def running_cluster(zk: ZooKeeperServer, root: Path, name: str, n: int = 3,
+                    config: str = CLUSTER_CONFIG) -> Iterator[Cluster]:
     """``n`` brokers in a fresh chroot named after ``name`` (a test's name)."""
     name = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:40]
-    c = Cluster(root, zk, n, f"bayou-{name}-{time.monotonic_ns()}").start()
+    c = Cluster(root, zk, n, f"bayou-{name}-{time.monotonic_ns()}", config).start()
     try:
         yield c
     finally:

@@ -23,10 +23,13 @@ def zookeeper_classpath() -> str:
 
 
 class ZooKeeperServer:
-    def __init__(self, root: Path, *, tick_ms: int = 500) -> None:
+    def __init__(self, root: Path, *, tick_ms: int = 500, min_session_ms: int | None = 1000) -> None:
+        """``min_session_ms=None`` keeps ZooKeeper's own floor of two ticks (Debian's defaults:
+        tickTime 2000, so no session shorter than 4 s)."""
         self.root = root
         self.port = free_port()
         self.tick_ms = tick_ms
+        self.min_session_ms = min_session_ms
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -53,8 +56,9 @@ class ZooKeeperServer:
         cfg = self.root / "zoo.cfg"
         cfg.write_text(f"tickTime={self.tick_ms}\ninitLimit=10\nsyncLimit=5\ndataDir={data}\n"
                        f"clientPort={self.port}\nclientPortAddress=127.0.0.1\n"
-                       "admin.enableServer=false\nminSessionTimeout=1000\nmaxSessionTimeout=60000\n"
-                       "4lw.commands.whitelist=ruok,srvr\n")
+                       "admin.enableServer=false\nmaxSessionTimeout=60000\n"
+                       + (f"minSessionTimeout={self.min_session_ms}\n" if self.min_session_ms else "")
+                       + "4lw.commands.whitelist=ruok,srvr\n")
         java = shutil.which("java") or "java"
         log = open(self.root / "zookeeper.log", "ab")  # noqa: SIM115 - kept for the child's lifetime
         self.proc = subprocess.Popen(

@@ -154,6 +154,30 @@ class ZkCluster:
         self.session_lost.clear()
         log.info("registered broker %d in ZooKeeper", self.broker_id)
 
+    def remove_dead(self, reg: BrokerRegistration) -> bool:
+        """Delete the registration ``reg`` of a broker proven dead (every listener refuses
+        connections), and its controller node, as its session's expiry would. Not when the node
+        changed meanwhile (it registered again). True when removed."""
+        path = broker_path(reg.broker_id)
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            return False
+        if BrokerRegistration.from_json(data) != reg or stat.ephemeralOwner == self.zk.client_id[0]:
+            return False
+        try:
+            cdata, cstat = self.zk.get(CONTROLLER)
+            controller = (int(json.loads(cdata)["broker_id"]) == reg.broker_id
+                          and cstat.ephemeralOwner == stat.ephemeralOwner)
+        except NoNodeError:
+            controller = False
+        tx = self.zk.transaction()
+        tx.check(path, stat.version)
+        tx.delete(path)
+        if controller:
+            tx.delete(CONTROLLER, cstat.version)
+        return all(not isinstance(r, Exception) for r in tx.commit())
+
     def announce_leaving(self) -> None:
         """Controlled shutdown: mark this broker's node ``leaving`` (a re-registration after a
         reconnect keeps the mark)."""
