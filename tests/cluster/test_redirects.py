@@ -244,13 +244,23 @@ def test_cursus_group_coordinator_and_its_failover(cluster: Cluster) -> None:
     assert [by_cursus[int(a.rsplit(":", 1)[1])] for a in leaders.group(1).split(",")] == \
         [cluster.leader(topic, p) for p in range(2)]
 
-    def coordinator(port: int) -> int:
+    def coordinator(port: int) -> int | None:
+        """The coordinator a broker names; None while it answers the retriable
+        coordinator_not_available (its view of the live brokers has not arrived yet)."""
         reply = cursus_cmd(port, f"FIND_COORDINATOR group={group}")
+        if reply == f"ERROR: coordinator_not_available group={group}":
+            return None
         m = re.search(r"port=(\d+)", reply)
         assert reply.startswith("OK coordinator_id=") and m is not None, reply
         return by_cursus[int(m.group(1))]
 
+    def agreed() -> bool:
+        named = {coordinator(b.cursus_port) for b in cluster.brokers.values()}
+        return len(named) == 1 and None not in named
+
+    cluster.wait(agreed, 15, "every broker to name one coordinator")
     coord = coordinator(cluster.brokers[1].cursus_port)
+    assert coord is not None
     assert {coordinator(b.cursus_port) for b in cluster.brokers.values()} == {coord}
     other = next(b for b in cluster.brokers if b != coord)
     wrong = cursus_cmd(cluster.brokers[other].cursus_port, f"JOIN_GROUP topic={topic} group={group} member=m")
@@ -266,9 +276,10 @@ def test_cursus_group_coordinator_and_its_failover(cluster: Cluster) -> None:
     assert committed.startswith("OK"), committed
     cluster.brokers[coord].kill()
     survivor = next(b for b in cluster.brokers if b != coord)
-    cluster.wait(lambda: coordinator(cluster.brokers[survivor].cursus_port) != coord, 15,
+    cluster.wait(lambda: coordinator(cluster.brokers[survivor].cursus_port) not in (coord, None), 15,
                  "the group to move to a live coordinator")
     new = coordinator(cluster.brokers[survivor].cursus_port)
+    assert new is not None
     nport = cluster.brokers[new].cursus_port
     assert cursus_cmd(nport, f"JOIN_GROUP topic={topic} group={group} member=m").startswith("OK")
     cluster.wait(lambda: cursus_cmd(nport, f"FETCH_OFFSET topic={topic} group={group} partition=0")

@@ -180,8 +180,8 @@ def running_cluster(zk: ZooKeeperServer, root: Path, name: str, n: int = 3,
                     config: str = CLUSTER_CONFIG) -> Iterator[Cluster]:
     """``n`` brokers in a fresh chroot named after ``name`` (a test's name)."""
     name = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:40]
-    c = Cluster(root, zk, n, f"bayou-{name}-{time.monotonic_ns()}", config).start()
-    try:
-        yield c
+    c = Cluster(root, zk, n, f"bayou-{name}-{time.monotonic_ns()}", config)
+    try:  # a start that fails half-way must not leave brokers running
+        yield c.start()
     finally:
         c.stop()
