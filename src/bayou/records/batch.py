@@ -56,6 +56,7 @@ LENGTH_PREFIX = 12  # base_offset + batch_length
 # the high watermark every protocol reports) must be one too. Protocols whose wire fields are wider
 # (TANK's u64 sequence numbers, Iggy's u64 offsets) refuse values past it with their own error.
 MAX_OFFSET = (1 << 63) - 2
+MAX_OFFSET_DELTA = (1 << 31) - 1  # last_offset_delta is an int32: the most offsets one batch spans - 1
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08

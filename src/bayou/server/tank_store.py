@@ -29,7 +29,14 @@ from bayou.errors import (
 )
 from bayou.protocols.tank.bundles import TankMessage, encode_bundle, encode_chunk_record
 from bayou.protocols.tank.messages import Endpoint
-from bayou.records.batch import ATTR_SPARSE, HEADER_SIZE, assemble_batch, decode_records
+from bayou.records.batch import (
+    ATTR_SPARSE,
+    HEADER_SIZE,
+    MAX_OFFSET,
+    MAX_OFFSET_DELTA,
+    assemble_batch,
+    decode_records,
+)
 from bayou.records.tank import FORMAT_TANK, check_bundle, write_varint
 
 MAX_FETCH = 64 * 1024 * 1024
@@ -106,6 +113,8 @@ async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: byt
         return PRODUCE_INVALID_SEQ
     at: int | None = None
     if h.sparse:  # the header's seqs win over a 0x5 base seq (§4.2 rule 3)
+        if h.last_seq - 1 > MAX_OFFSET or h.span - 1 > MAX_OFFSET_DELTA:
+            return PRODUCE_INVALID_SEQ  # past what the log can store (seq = offset + 1), or one batch spans
         at = h.first_seq - 1
     elif base_seq:
         # A non-sparse bundle at an explicit seq: TANK's own readers count it from the previous

@@ -50,6 +50,7 @@ from bayou.protocols.tank.wire import (
 )
 
 UNKNOWN_TOPIC_MARK = 0xFFFF
+UNKNOWN_PARTITION_ID = 0xFFFF  # never a partition's id; refused in a consume
 STANDALONE_TOPOLOGY = 0xFFFF
 
 RequestDecoder = Callable[[bytes], m.Request]
@@ -83,7 +84,12 @@ def _enc_endpoint(ep: m.Endpoint) -> bytes:
 def _consume_partitions(r: Reader, count: int) -> tuple[m.ConsumePartition, ...]:
     if count * 14 > r.remaining:
         raise TankError(f"{count} consume partition entries do not fit in {r.remaining} bytes")
-    return tuple(m.ConsumePartition(r.u16(), r.u64(), r.u32()) for _ in range(count))
+    parts = tuple(m.ConsumePartition(r.u16(), r.u64(), r.u32()) for _ in range(count))
+    if any(p.partition == UNKNOWN_PARTITION_ID for p in parts):
+        # No partition has this id (a topic holds at most 65535: ids 0..65534), and its answer
+        # cannot be written: first in a topic, ``ffff`` reads as the unknown-topic mark.
+        raise TankError("consume of partition id 0xffff")
+    return parts
 
 
 # -- request decoders ---------------------------------------------------------------------------
