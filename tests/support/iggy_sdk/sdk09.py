@@ -512,5 +512,20 @@ async def read(port: int, stream: str, topic: str) -> dict[str, Any]:
     }
 
 
+@scenario
+async def pat_login(port: int, token: str, stream: str) -> dict[str, Any]:
+    """Log in with a personal access token through ``AutoLogin.personal_access_token`` (a Register
+    whose header code is 0 and whose body holds the token), use the session, and try a wrong token."""
+    out: dict[str, Any] = {}
+    c = ig.IggyClient(config(port, ig.AutoLogin.personal_access_token(token)))
+    out["connect"] = await error_of(c.connect())
+    out["create_stream"] = await error_of(c.create_stream(stream))
+    s = await bounded(c.get_stream(stream))
+    out["stream"] = None if s is None else s.name
+    bad = ig.IggyClient(config(port, ig.AutoLogin.personal_access_token(token[:-1] + "x")))
+    out["wrong_token"] = await error_of(bad.connect(), timeout=5)
+    return out
+
+
 if __name__ == "__main__":
     main()

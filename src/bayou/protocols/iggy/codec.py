@@ -149,8 +149,12 @@ def _login_user(payload: bytes, dialect: Dialect) -> m.Request:
 def _login_with_token(payload: bytes, dialect: Dialect) -> m.Request:
     r = Reader(payload)
     token = r.name8(Status.INVALID_PERSONAL_ACCESS_TOKEN)
+    version = context = None
+    if r.remaining:  # the layout with LOGIN_USER's version and context fields
+        version = r.opt_str32()
+        context = r.opt_str32()
     r.done()
-    return m.LoginWithToken(token)
+    return m.LoginWithToken(token, version, context)
 
 
 def _register_prefix(r: Reader) -> tuple[int, str, str]:
@@ -161,30 +165,47 @@ def _malformed_login(exc: IggyError) -> IggyError:
     return IggyError(exc.status, f"malformed login: {exc.message}", eviction=EvictionReason.MALFORMED_LOGIN)
 
 
-def _login_register(payload: bytes, dialect: Dialect) -> m.Request:
-    """C.7. Any decode failure is an eviction with reason 15 (MalformedLogin)."""
-    try:
-        r = Reader(payload)
-        version, sdk_name, sdk_version = _register_prefix(r)
-        username = r.name8(Status.INVALID_USERNAME)
-        password = r.text(r.u8(), Status.INVALID_PASSWORD)
-        context = r.opt_str32()
-        r.done()
-    except IggyError as exc:
-        raise _malformed_login(exc) from None
+def _password_register(payload: bytes) -> m.LoginRegister:
+    r = Reader(payload)
+    version, sdk_name, sdk_version = _register_prefix(r)
+    username = r.name8(Status.INVALID_USERNAME)
+    password = r.text(r.u8(), Status.INVALID_PASSWORD)
+    context = r.opt_str32()
+    r.done()
     return m.LoginRegister(version, sdk_name, sdk_version, username, password, context)
+
+
+def _token_register(payload: bytes) -> m.LoginRegisterWithToken:
+    r = Reader(payload)
+    version, sdk_name, sdk_version = _register_prefix(r)
+    token = r.text(r.u8(), Status.INVALID_PERSONAL_ACCESS_TOKEN)
+    context = r.opt_str32()
+    r.done()
+    return m.LoginRegisterWithToken(version, sdk_name, sdk_version, token, context)
+
+
+def _login_register(payload: bytes, dialect: Dialect) -> m.Request:
+    """C.7. Any decode failure is an eviction with reason 15 (MalformedLogin).
+
+    apache-iggy 0.9.0 sends its token login (``AutoLogin.personal_access_token``) as a Register
+    whose header code is 0, like a password login: the body tells them apart. A token body
+    (token, then the context str32) cannot read as a password body, which needs a u8 password
+    length and a whole str32 after the username, unless its context is 256 bytes or longer and
+    crafted to; the password layout is tried first."""
+    try:
+        return _password_register(payload)
+    except IggyError as exc:
+        try:
+            return _token_register(payload)
+        except IggyError:
+            raise _malformed_login(exc) from None
 
 
 def _login_register_with_token(payload: bytes, dialect: Dialect) -> m.Request:
     try:
-        r = Reader(payload)
-        version, sdk_name, sdk_version = _register_prefix(r)
-        token = r.text(r.u8(), Status.INVALID_PERSONAL_ACCESS_TOKEN)
-        context = r.opt_str32()
-        r.done()
+        return _token_register(payload)
     except IggyError as exc:
         raise _malformed_login(exc) from None
-    return m.LoginRegisterWithToken(version, sdk_name, sdk_version, token, context)
 
 
 def _create_pat(payload: bytes, dialect: Dialect) -> m.Request:
@@ -763,7 +784,8 @@ ENCODERS: Mapping[type, Encoder] = MappingProxyType({
                                     + enc_bytes8(q.new_password.encode())),
     m.LoginUser: lambda q, d: (enc_name8(q.username) + enc_bytes8(q.password.encode())
                                + enc_str32(q.version) + enc_str32(q.context)),
-    m.LoginWithToken: lambda q, d: enc_name8(q.token),
+    m.LoginWithToken: lambda q, d: enc_name8(q.token) + (
+        b"" if q.version is None and q.context is None else enc_str32(q.version) + enc_str32(q.context)),
     m.LoginRegister: lambda q, d: (_enc_register_prefix(q.protocol_version, q.sdk_name, q.sdk_version)
                                    + enc_name8(q.username) + enc_bytes8(q.password.encode())
                                    + enc_str32(q.context)),

@@ -468,9 +468,12 @@ class LoginUser:
 
 @dataclass(frozen=True, slots=True)
 class LoginWithToken:
-    """L login with a personal access token (B.3 item 7)."""
+    """L login with a personal access token (B.3 item 7). Older SDKs send the token alone; newer
+    ones follow it with LOGIN_USER's version and context str32s (both None: the token alone)."""
 
     token: str
+    version: str | None = None
+    context: str | None = None
     command: ClassVar[Command] = Command.LOGIN_WITH_PERSONAL_ACCESS_TOKEN
 
 
