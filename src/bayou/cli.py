@@ -193,7 +193,14 @@ def produce(topic_name: str, values: tuple[str, ...], key: str, acks: str, boots
       bayou produce orders created paid shipped --key user1
       printf 'a\\nb\\n' | bayou produce orders
     """
+    from bayou.client.rtes import RtesClient, UnsafeField
+
     items = list(values) if values else [ln.rstrip("\r\n") for ln in sys.stdin]
+    try:  # every record is checked before the first is sent: nothing is partly produced
+        for v in items:
+            RtesClient.check_record(topic_name, key, v)
+    except UnsafeField as exc:
+        _fail(exc)
     try:
         with _client(bootstrap) as c:
             for v in items:

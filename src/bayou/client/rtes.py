@@ -6,7 +6,9 @@ import itertools
 import socket
 from dataclasses import dataclass
 
-from bayou.protocols.rtes.codec import ENCODING, ERRORS
+from bayou.protocols.rtes.codec import ENCODING, ERRORS, UnsafeField, check_field
+
+__all__ = ["Produced", "RtesClient", "RtesClientError", "UnsafeField"]
 
 
 class RtesClientError(Exception):
@@ -79,6 +81,11 @@ class RtesClient:
         return self._readline()
 
     def request(self, command: str, *args: str) -> str:
+        """One request; every argument must be one V1 token (UnsafeField, before anything is
+        sent, otherwise: a newline or '|' in a key could smuggle in another request)."""
+        check_field("command", command)
+        for i, arg in enumerate(args):
+            check_field(f"argument {i + 1}", arg)
         cid = str(next(self._ids))
         line = f"V1|{cid}|{command}|{' '.join(args)}".encode(ENCODING, ERRORS)
         reply = self.raw(line).decode(ENCODING, ERRORS)
@@ -96,7 +103,17 @@ class RtesClient:
     def ping(self) -> None:
         self.request("PING")
 
+    @staticmethod
+    def check_record(topic: str, key: str, value: str) -> None:
+        """UnsafeField unless the topic, key and value can be sent as a V1 PRODUCE: one token each,
+        no ':' in the key (the server splits at the first one), no ',' in the value (CONSUME joins
+        records with ',')."""
+        check_field("topic", topic)
+        check_field("key", key, ":", empty_ok=True)
+        check_field("value", value, ",", empty_ok=True)
+
     def produce(self, topic: str, key: str, value: str, acks: str = "1") -> Produced:
+        self.check_record(topic, key, value)
         p = self.request("PRODUCE", topic, f"{key}:{value}", f"acks={acks}")
         return Produced(int(field(p, "partition")), int(field(p, "offset")), int(field(p, "hw")))
 

@@ -488,3 +488,30 @@ def escape_value(value: bytes) -> bytes:
 def encode_records(records: list[tuple[int, bytes]]) -> bytes:
     """``<offset>:<value>,...`` for CONSUME and BROKER_FETCH."""
     return b",".join(str(o).encode() + b":" + escape_value(v) for o, v in records)
+
+
+# -- what a client may put in one field ---------------------------------------------------------
+
+class UnsafeField(ValueError):
+    """A text that cannot travel as one V1 field: sent, it would split into other fields, other
+    arguments or another request line (a newline in a key ends the request and starts the next)."""
+
+
+def _char_name(ch: str) -> str:
+    names = {"\n": "a newline (LF)", "\r": "a carriage return (CR)", "\t": "a tab", " ": "a space",
+             "|": "'|'", ":": "':'", ",": "','"}
+    return names.get(ch, f"U+{ord(ch):04X}")
+
+
+def check_field(what: str, text: str, forbidden: str = "", *, empty_ok: bool = False) -> None:
+    """Raise UnsafeField, naming the character, unless ``text`` is one V1 token: no Go white
+    space (the separator of arguments, LF and CR included), no '|' (the envelope's separator)
+    and none of ``forbidden`` (':' in a PRODUCE key, ',' in a value). Empty only with
+    ``empty_ok`` (a key or value inside ``key:value``; an empty argument would vanish)."""
+    if not text and not empty_ok:
+        raise UnsafeField(f"{what} is empty: a V1 field cannot be empty")
+    for ch in text:
+        if ch == "|" or ch in forbidden or _FIELDS.fullmatch(ch):
+            raise UnsafeField(f"{what} must not contain {_char_name(ch)}: {text!r} cannot be sent "
+                              "as one V1 field")
+
