@@ -40,13 +40,13 @@ def main() -> None:
               help="TOML configuration file (flags given here override it).")
 @click.option("--data-dir", help="Where logs, offsets and group state live. [default: ./data]")
 @click.option("--rtes", metavar="HOST:PORT|off",
-              help="V1 line protocol listener. [default: 0.0.0.0:9092]")
+              help="V1 line protocol listener. [default: 127.0.0.1:9092; 0.0.0.0:9092 for every interface]")
 @click.option("--cursus", metavar="HOST:PORT|off",
-              help="Cursus listener (text commands + binary batches). [default: 0.0.0.0:9000]")
+              help="Cursus listener (text commands + binary batches). [default: 127.0.0.1:9000]")
 @click.option("--iggy", metavar="HOST:PORT|off",
-              help="Apache Iggy binary transport listener (0.8 and 0.9 clients). [default: 0.0.0.0:8090]")
+              help="Apache Iggy binary transport listener (0.8 and 0.9 clients). [default: 127.0.0.1:8090]")
 @click.option("--tank", metavar="HOST:PORT|off",
-              help="TANK listener (tank-cli and TANK 4.0 clients). [default: 0.0.0.0:11011]")
+              help="TANK listener (tank-cli and TANK 4.0 clients). [default: 127.0.0.1:11011]")
 @click.option("--advertised-host", metavar="HOST",
               help="Host name Cursus clients are told to connect to (METADATA, FIND_COORDINATOR). "
                    "[default: localhost]")
@@ -57,7 +57,7 @@ def main() -> None:
               help="Join the cluster coordinated by this ZooKeeper ensemble (cluster mode).")
 @click.option("--broker-id", type=click.IntRange(0), help="This broker's id in the cluster. [default: 0]")
 @click.option("--replication", metavar="HOST:PORT",
-              help="Cluster mode: the listener followers fetch from. [default: 0.0.0.0:9093]")
+              help="Cluster mode: the listener followers fetch from. [default: 127.0.0.1:9093]")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", default="json", show_default=True, type=click.Choice(["json", "text"]))

@@ -14,10 +14,10 @@ Example ``bayou.toml``::
     advertised_host = "localhost"    # what Cursus METADATA / FIND_COORDINATOR tell clients
 
     [listeners]
-    rtes = "0.0.0.0:9092"            # V1 line protocol, or "off"
-    cursus = "0.0.0.0:9000"          # Cursus, or "off"
-    iggy = "0.0.0.0:8090"            # Apache Iggy binary transport, or "off"
-    tank = "0.0.0.0:11011"           # TANK, or "off"
+    rtes = "127.0.0.1:9092"          # V1 line protocol, or "off" ("0.0.0.0:9092" for every interface)
+    cursus = "127.0.0.1:9000"        # Cursus, or "off"
+    iggy = "127.0.0.1:8090"          # Apache Iggy binary transport, or "off"
+    tank = "127.0.0.1:11011"         # TANK, or "off"
 
     [iggy]
     root_username = "iggy"           # the root user made on first start (env IGGY_ROOT_USERNAME)
@@ -51,7 +51,7 @@ from typing import Any
 
 from bayou.broker.settings import BrokerConfig
 from bayou.errors import InvalidConfig
-from bayou.server.app import PROTOCOLS, ClusterOptions, IggyOptions, ServerConfig
+from bayou.server.app import DEFAULT_BIND, PROTOCOLS, ClusterOptions, IggyOptions, ServerConfig
 from bayou.storage.config import FsyncPolicy, LogConfig
 
 # -- the schema ------------------------------------------------------------------------------------
@@ -182,8 +182,8 @@ def parse_listen(text: str, protocol: str) -> tuple[str, int] | None:
         return None
     host, sep, port = t.rpartition(":")
     if not sep:
-        host, port = "0.0.0.0", t
-    host = host.strip("[]") or "0.0.0.0"
+        host, port = DEFAULT_BIND, t
+    host = host.strip("[]") or DEFAULT_BIND
     try:
         p = int(port)
     except ValueError:
@@ -225,12 +225,13 @@ def _build(raw: dict[str, Any], *, data_dir: str | None, fsync: str | None,
     if zk_url:
         if not str(zk_url).startswith("zk://"):
             raise InvalidConfig(f"cluster expects zk://HOST:PORT[,HOST:PORT]/path, got {zk_url!r}")
-        repl = replication if replication is not None else cluster_raw.get("replication", "0.0.0.0:9093")
-        bind = parse_listen(str(repl), "replication") or ("0.0.0.0", 9093)
+        repl = (replication if replication is not None
+                else cluster_raw.get("replication", f"{DEFAULT_BIND}:9093"))
+        bind = parse_listen(str(repl), "replication") or (DEFAULT_BIND, 9093)
         cluster_opts = ClusterOptions(str(zk_url), bind, int(cluster_raw.get("session_timeout_ms", 4000)))
 
     addrs: dict[str, tuple[str, int] | None] = {
-        name: ("0.0.0.0", port) for name, (port, _f) in PROTOCOLS.items()}
+        name: (DEFAULT_BIND, port) for name, (port, _f) in PROTOCOLS.items()}
     for name, value in _table(raw, "listeners").items():
         if name not in PROTOCOLS:
             raise InvalidConfig(f"unknown listener {name!r}; known: {', '.join(PROTOCOLS)}")

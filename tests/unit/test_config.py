@@ -67,7 +67,7 @@ def test_good_file_is_taken(tmp_path: Path) -> None:
     assert cfg.broker.default_partitions == 5
     assert cfg.broker.data_dir == Path("d")
     assert cfg.broker.log.segment_bytes == 1048576
-    assert cfg.listeners["rtes"] == ("0.0.0.0", 19092)
+    assert cfg.listeners["rtes"] == ("127.0.0.1", 19092)  # a bare port binds loopback (issue 14.8)
     assert cfg.listeners["cursus"] is None
     assert cfg.shutdown_grace_s == 3 and cfg.max_connections == 7
     assert cfg.iggy.seed_dialect is True

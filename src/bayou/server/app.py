@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
 import socket
@@ -76,6 +77,20 @@ PROTOCOLS: dict[str, tuple[int, HandlerFactory]] = {
 }
 
 
+# Listeners bind loopback unless an address is given: exposing a broker is a decision (and V1,
+# Cursus, TANK and the replication listener have no login of their own).
+DEFAULT_BIND = "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: assume it is reachable from elsewhere
+
+
 @dataclass(frozen=True, slots=True)
 class IggyOptions:
     """The Iggy front end's users: the root user made on first start (the Iggy clients' default
@@ -93,7 +108,7 @@ class ClusterOptions:
     broker's replication listener (followers' fetches) binds."""
 
     zookeeper: str
-    replication: tuple[str, int] = ("0.0.0.0", 9093)
+    replication: tuple[str, int] = (DEFAULT_BIND, 9093)
     session_timeout_ms: int = 4000  # ZooKeeper session: how fast a dead broker is noticed
 
 
@@ -102,7 +117,7 @@ class ServerConfig:
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     # protocol -> (host, port), or None when the protocol is off
     listeners: dict[str, tuple[str, int] | None] = field(
-        default_factory=lambda: {name: ("0.0.0.0", port) for name, (port, _f) in PROTOCOLS.items()})
+        default_factory=lambda: {name: (DEFAULT_BIND, port) for name, (port, _f) in PROTOCOLS.items()})
     max_connections: int = 10_000
     shutdown_grace_s: float = 10.0
     # The host clients are told to connect to (Cursus METADATA / FIND_COORDINATOR).
@@ -143,6 +158,7 @@ class BayouServer:
         except BaseException:
             await self.stop()
             raise
+        self._warn_exposed()
         log.info("bayou ready", extra={
             "data_dir": str(self.config.broker.data_dir),
             "listeners": {n: f"{li.host}:{li.port}" for n, li in self.listeners.items()},
@@ -165,6 +181,15 @@ class BayouServer:
                                                _advertised_ip(self.config.advertised_host), endpoints)
         node.zk.registration = node.registration
         await node.start()
+
+    def _warn_exposed(self) -> None:
+        """A listener other hosts can reach that lets anyone in: say so at start."""
+        for name, li in self.listeners.items():
+            if is_loopback(li.host) or (name == "iggy" and not self.config.iggy.seed_dialect):
+                continue  # Iggy clients log in (unless the login-less seed dialect is on)
+            log.warning("listener reachable from other hosts without authentication: anyone who reaches "
+                        "it can produce, consume, change and delete topics (bind 127.0.0.1, or keep the "
+                        "port behind a firewall)", extra={"protocol": name, "host": li.host, "port": li.port})
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish, then fsync and mark the data clean. In
