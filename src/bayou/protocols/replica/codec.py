@@ -44,7 +44,10 @@ import enum
 import struct
 from dataclasses import dataclass
 
+from bayou.records.batch import MAX_OFFSET
+
 MAX_FRAME = 256 * 1024 * 1024
+LOG_END_MAX = MAX_OFFSET + 1  # offsets and log ends a partition can hold (-1: none, where allowed)
 _LEN = struct.Struct(">IB")
 _FETCH = struct.Struct(">IiiqiII")
 _REPLY = struct.Struct(">Biqqqi")
@@ -168,13 +171,15 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[Message, int] | None:
                 raise ReplicaProtocolError("FETCH body has the wrong size")
             topic = body[2 : 2 + n].decode()
             fields = _FETCH.unpack_from(body, 2 + n)
-            if fields[3] < 0 or fields[0] > 0x7FFF_FFFF:
-                raise ReplicaProtocolError("negative fetch offset or partition")
+            if not 0 <= fields[3] <= LOG_END_MAX or fields[0] > 0x7FFF_FFFF:
+                raise ReplicaProtocolError("fetch offset or partition out of range")
             return Fetch(topic, *fields), end
         if kind == Kind.FETCH_REPLY:
             if len(body) < _REPLY.size:
                 raise ReplicaProtocolError("FETCH_REPLY body too short")
             error, epoch, hw, start, div_end, div_epoch = _REPLY.unpack_from(body, 0)
+            if not (0 <= hw <= LOG_END_MAX and 0 <= start <= LOG_END_MAX and -1 <= div_end <= LOG_END_MAX):
+                raise ReplicaProtocolError("FETCH_REPLY offset out of range")
             reply = FetchReply(FetchError(error), epoch, hw, start, div_end, div_epoch, body[_REPLY.size :])
             return reply, end
         if kind == Kind.PRODUCE:
@@ -190,6 +195,8 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[Message, int] | None:
             if len(body) < _PRODUCE_REPLY.size:
                 raise ReplicaProtocolError("PRODUCE_REPLY body too short")
             error, base, last, hw, start, n = _PRODUCE_REPLY.unpack_from(body, 0)
+            if not all(-1 <= v <= LOG_END_MAX for v in (base, last, hw, start)):
+                raise ReplicaProtocolError("PRODUCE_REPLY offset out of range")
             if _PRODUCE_REPLY.size + n != len(body):
                 raise ReplicaProtocolError("PRODUCE_REPLY body has the wrong size")
             text = body[_PRODUCE_REPLY.size :].decode()
