@@ -340,15 +340,28 @@ class CursusService:
             raise err("missing_topic", ("expected", "DESCRIBE topic=<name>"))
         self._topic_exists(topic)
         info = self.broker.describe_topic(topic)
-        me = self.broker.config.broker_id
         body = {
             "status": "OK",
             "topic": topic,
-            "partitions": [{"id": p.partition, "leader": me, "replicas": [me], "isr": [me],
+            "partitions": [{"id": p.partition, **self._roles(topic, p.partition),
                             "leo": p.log_end_offset, "hwm": p.high_watermark} for p in info.partitions],
             "policy": dict(self._policy_pairs(topic)),
         }
         return json.dumps(body, indent=2).encode()
+
+    def _roles(self, topic: str, partition: int) -> dict[str, int | list[int]]:
+        """Leader, replicas and ISR of a partition: this broker alone when standalone; in cluster
+        mode ZooKeeper's as this broker last read them (leader -1 and an empty ISR while none)."""
+        me = self.broker.config.broker_id
+        cluster = self.broker.cluster
+        if cluster is None:
+            return {"leader": me, "replicas": [me], "isr": [me]}
+        snap = cluster.snapshot
+        assignment = snap.topics.get(topic) if snap is not None else None
+        entry = snap.states.get((topic, partition)) if snap is not None else None
+        return {"leader": entry[0].leader if entry is not None else -1,
+                "replicas": list(assignment.partitions.get(partition, ())) if assignment is not None else [],
+                "isr": list(entry[0].isr) if entry is not None else []}
 
     async def list_offsets(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
         topic = self._need(cmd, "topic")
