@@ -81,6 +81,15 @@ class OffsetOutOfRange(BayouError):
 
 
 @_register
+class PartitionLimitReached(InvalidPartitions):
+    """The broker already holds ``max_partitions`` partitions (a broker-wide limit, so a few
+    requests cannot exhaust its file descriptors and memory)."""
+
+    code = "PARTITION_LIMIT_REACHED"
+    default_message = "the broker's partition limit is reached"
+
+
+@_register
 class CorruptRecord(BayouError):
     code = "CORRUPT_RECORD"
     default_message = "corrupt record batch"

@@ -6,11 +6,12 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bayou.broker.background import run_forever
 from bayou.broker.dedup import DEFAULT_MAX_PRODUCERS, DEFAULT_WINDOW, DedupTable, IdRun, rebuild
 from bayou.broker.groups.coordinator import (
     CURSUS_POLICY,
@@ -25,6 +26,7 @@ from bayou.broker.partition import FOLLOWER, LEADER, Partition
 from bayou.broker.persist import StateFile
 from bayou.broker.settings import BrokerConfig
 from bayou.errors import (
+    BayouError,
     BrokerShuttingDown,
     InvalidConfig,
     InvalidPartitions,
@@ -32,7 +34,9 @@ from bayou.errors import (
     NotEnoughReplicas,
     NotLeader,
     OffsetOutOfRange,
+    PartitionLimitReached,
     ReplicationTimeout,
+    StorageError,
     TopicAlreadyExists,
     UnknownPartition,
     UnknownTopic,
@@ -47,7 +51,8 @@ from bayou.storage import (
     validate_topic_name,
 )
 from bayou.storage.config import TOPIC_CONFIG_KEYS
-from bayou.storage.log import GRAVE_SECONDS, AppendInfo
+from bayou.storage.handles import default_capacity, raise_fd_limit
+from bayou.storage.log import AppendInfo
 
 if TYPE_CHECKING:
     from bayou.broker.cluster.node import ClusterNode
@@ -164,7 +169,7 @@ class Topic:
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.store = Store(config.data_dir)
+        self.store = Store(config.data_dir, config.log.max_open_files)
         self.topics: dict[str, Topic] = {}
         self.metadata = ClusterMetadata(config.broker_id)
         self.groups = GroupCoordinator(config.group_session_timeout_ms, self.partition_count)
@@ -187,16 +192,25 @@ class Broker:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        raise_fd_limit()
+        if not self.config.log.max_open_files:  # derived from the limit now in force
+            self.store.handles.capacity = default_capacity()
         await loop.run_in_executor(self._io, self._open_storage)
         self.metadata.register_broker(self.config.broker_id, "127.0.0.1", 0)
         for name, topic in self.topics.items():
             self.metadata.add_topic(name, len(topic.partitions), self._topic_rf(topic.meta))
         self._load_group_state()
         self._tasks = [
-            loop.create_task(self._retention_loop(), name="retention"),
-            loop.create_task(self._flush_loop(), name="flush"),
-            loop.create_task(self._groups_persist_loop(), name="groups-persist"),
-            loop.create_task(self._expiry_loop(), name="group-expiry"),
+            loop.create_task(self._background("retention", self.run_retention,
+                                              self.config.retention_check_interval_ms / 1000),
+                             name="retention"),
+            loop.create_task(self._background("flush", self._flush_due, self._flush_tick), name="flush"),
+            loop.create_task(self._background("groups-persist", self._persist_groups_if_dirty,
+                                              self.config.heartbeat_persist_interval_ms / 1000),
+                             name="groups-persist"),
+            loop.create_task(self._background("group-expiry", self._expire_members,
+                                              self.config.group_expiry_check_ms / 1000),
+                             name="group-expiry"),
         ]
         self.started = True
 
@@ -244,15 +258,33 @@ class Broker:
         self._io.shutdown(wait=True)
 
     def _close_storage(self) -> None:
+        """Flush and close every log, write the state files, leave the clean marker when every
+        log is on disk. A failure (a full disk) is logged and the stop goes on: the marker is
+        only about the logs, so unwritable state files do not keep it from being written."""
+        flushed = True
         for topic in self.topics.values():
             for part in topic.partitions:
-                part.log.flush()
+                try:
+                    part.log.flush()
+                except (OSError, BayouError):
+                    flushed = False
+                    log.exception("could not flush %s/%d at shutdown", part.topic, part.index)
                 part.log.close()
-        self._groups_file.write_now()
-        self._offsets_file.write_now()
-        self.store.mark_clean()
-        self.store.close()
-        log.info("broker stopped cleanly")
+        for state in (self._groups_file, self._offsets_file):
+            try:
+                state.write_now()
+            except OSError:
+                log.exception("could not write %s at shutdown", state.path)
+        try:
+            if flushed:
+                self.store.mark_clean()
+            else:
+                log.error("not every log reached the disk: the next start recovers them")
+        except OSError:
+            log.exception("could not write the clean-shutdown marker")
+        finally:
+            self.store.close()
+        log.info("broker stopped%s", " cleanly" if flushed else "")
 
     # -- topics --------------------------------------------------------------------------------
 
@@ -293,6 +325,8 @@ class Broker:
         broker_keys, log_keys = _split_topic_config(dict(config or {}))
         log_cfg = apply_overrides(self.config.log, log_keys)
         overrides = {**log_keys, **broker_keys}
+        if not from_cluster and not (exist_ok and name in self.topics):
+            self._check_partition_limit(n)
         if self.cluster is not None and not from_cluster:
             # ZooKeeper decides whether it exists (exist_ok: the copy returned is ZooKeeper's
             # incarnation): a local copy may be of a topic just deleted through another broker
@@ -303,6 +337,8 @@ class Broker:
                 if exist_ok:
                     return existing
                 raise TopicAlreadyExists(f"topic {name} already exists")
+            if not from_cluster:  # again under the lock: a concurrent create may have filled it
+                self._check_partition_limit(n)
             meta = TopicMeta(name, n, overrides)
             loop = asyncio.get_running_loop()
             topic = await loop.run_in_executor(self._io, self._create_topic_files, meta, log_cfg)
@@ -311,13 +347,32 @@ class Broker:
             log.info("created topic %s with %d partitions", name, n)
             return topic
 
+    def partition_total(self) -> int:
+        """Partitions this broker holds, over every topic."""
+        return sum(len(t.partitions) for t in self.topics.values())
+
+    def _check_partition_limit(self, more: int) -> None:
+        have = self.partition_total()
+        if have + more > self.config.max_partitions:
+            raise PartitionLimitReached(
+                f"the broker holds {have} partitions; {more} more would pass max_partitions "
+                f"({self.config.max_partitions})")
+
     def _create_topic_files(self, meta: TopicMeta, cfg: LogConfig) -> Topic:
-        self.store.write_topic(meta)
         topic = Topic(meta, cfg)
-        for p in range(meta.partitions):
-            part = Partition(meta.name, p, self.store.open_log(meta.name, p, cfg), self.config)
-            part.in_cluster = self.cluster is not None
-            topic.partitions.append(part)
+        try:
+            self.store.write_topic(meta)
+            for p in range(meta.partitions):
+                part = Partition(meta.name, p, self.store.open_log(meta.name, p, cfg), self.config)
+                part.in_cluster = self.cluster is not None
+                topic.partitions.append(part)
+        except OSError as exc:  # a full disk: undo what was made, answer an error
+            self._close_partitions(topic.partitions)
+            try:
+                self.store.delete_topic(meta.name)
+            except OSError:
+                log.exception("could not remove the half-created topic %s", meta.name)
+            raise StorageError(f"cannot create topic {meta.name}: {exc}") from exc
         return topic
 
     async def ensure_topic(self, name: str) -> Topic:
@@ -391,17 +446,19 @@ class Broker:
             for part in topic.partitions:
                 part.notify()
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._io, self.store.delete_topic, name)
-            # Close the descriptors later: a read already in a worker thread keeps valid data.
-            loop.call_later(GRAVE_SECONDS, self._close_logs, topic)
+            # Close its files at once, so the space is free now (a read in a worker thread
+            # finishes first, a zero-copy send sees end-of-file: storage/handles.py).
+            await loop.run_in_executor(self._io, self._delete_topic_files, name, topic)
             self.metadata.remove_topic(name)
             self.groups.forget_topic(name)
             await self._offsets_file.save()
             log.info("deleted topic %s", name)
 
-    @staticmethod
-    def _close_logs(topic: Topic) -> None:
-        Broker._close_partitions(topic.partitions)
+    def _delete_topic_files(self, name: str, topic: Topic) -> None:
+        try:
+            self.store.delete_topic(name)
+        finally:
+            self._close_partitions(topic.partitions)
 
     @staticmethod
     def _close_partitions(parts: list[Partition]) -> None:
@@ -415,6 +472,8 @@ class Broker:
         if total <= len(topic.partitions) or total > MAX_PARTITIONS:
             raise InvalidPartitions(
                 f"topic {name} has {len(topic.partitions)} partitions; the new count must be larger")
+        if not from_cluster:
+            self._check_partition_limit(total - len(topic.partitions))
         if self.cluster is not None and not from_cluster:
             return await self.cluster.add_partitions(name, total)
         return await self._add_partitions(name, total, from_cluster)
@@ -425,6 +484,7 @@ class Broker:
         have = len(self.topic(name).partitions)
         if more < 1 or have + more > MAX_PARTITIONS:
             raise InvalidPartitions(f"cannot add {more} partitions to the {have} of topic {name}")
+        self._check_partition_limit(more)
         if self.cluster is not None:
             return await self.cluster.add_partitions(name, None, more)
         return await self._add_partitions(name, have + more, False)
@@ -437,6 +497,8 @@ class Broker:
                 if from_cluster:
                     return topic
                 raise InvalidPartitions(f"topic {name} has {have} partitions; the new count must be larger")
+            if not from_cluster:
+                self._check_partition_limit(total - have)
             loop = asyncio.get_running_loop()
 
             def _add() -> list[Partition]:
@@ -496,8 +558,7 @@ class Broker:
             for part in removed:
                 part.notify()
             self.metadata.add_topic(name, keep, self._topic_rf(topic.meta))
-            # Close the descriptors later: a read already in a worker thread keeps valid data.
-            loop.call_later(GRAVE_SECONDS, self._close_partitions, removed)
+            await loop.run_in_executor(self._io, self._close_partitions, removed)
             if self.groups.forget_partitions(name, keep):
                 await self._groups_file.save()
             await self._offsets_file.save()
@@ -1144,56 +1205,67 @@ class Broker:
 
     # -- background work -----------------------------------------------------------------------
 
-    async def _retention_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(self.config.retention_check_interval_ms / 1000)
-            await self.run_retention(loop)
+    def _background(self, name: str, step: Callable[[], Awaitable[object]],
+                    interval: Callable[[], float] | float) -> Coroutine[Any, Any, None]:
+        """A periodic task that logs failures and retries with backoff (broker/background.py)."""
+        return run_forever(name, step, interval, retry_s=self.config.background_retry_ms / 1000,
+                           retry_max_s=self.config.background_retry_max_ms / 1000, logger=log)
 
     async def run_retention(self, loop: asyncio.AbstractEventLoop | None = None) -> int:
+        """Apply retention to every partition; one partition's failure does not stop the others
+        (it is logged and retried on the next pass)."""
         loop = loop or asyncio.get_running_loop()
         deleted = 0
+        failed = 0
         for topic in list(self.topics.values()):
-            for part in topic.partitions:
+            for part in list(topic.partitions):
                 try:
                     deleted += await loop.run_in_executor(self._io, part.log.apply_retention, None)
-                except OSError:
+                except (OSError, BayouError):
+                    failed += 1
                     log.exception("retention failed for %s/%d", part.topic, part.index)
+        self.store.handles.sweep()
+        if failed:
+            raise StorageError(f"retention failed for {failed} partitions")
         return deleted
 
-    async def _flush_loop(self) -> None:
+    def _flush_tick(self) -> float:
+        intervals = [p.log.config.fsync.interval_ms for t in self.topics.values()
+                     for p in t.partitions if p.log.config.fsync.mode == "interval"]
+        return max(0.005, min(intervals) / 1000) if intervals else 0.2
+
+    async def _flush_due(self) -> None:
+        """fsync the partitions under ``fsync = interval:<ms>`` whose interval has passed. A
+        partition whose fsync fails is logged and retried on the next tick (its data stays
+        dirty); the others are flushed regardless."""
         loop = asyncio.get_running_loop()
-        while True:
-            intervals = [p.log.config.fsync.interval_ms for t in self.topics.values()
-                         for p in t.partitions if p.log.config.fsync.mode == "interval"]
-            tick = max(0.005, min(intervals) / 1000) if intervals else 0.2
-            await asyncio.sleep(tick)
-            now = time.monotonic()
-            for topic in list(self.topics.values()):
-                for part in topic.partitions:
-                    pol = part.log.config.fsync
-                    if pol.mode != "interval" or now - part.last_flush < pol.interval_ms / 1000:
+        now = time.monotonic()
+        failed = 0
+        for topic in list(self.topics.values()):
+            for part in list(topic.partitions):
+                pol = part.log.config.fsync
+                if pol.mode != "interval" or now - part.last_flush < pol.interval_ms / 1000:
+                    continue
+                if part.log.durable_offset < part.log.next_offset:
+                    try:
+                        await loop.run_in_executor(self._io, part.log.flush)
+                    except (OSError, BayouError):
+                        failed += 1
+                        log.exception("flush failed for %s/%d", part.topic, part.index)
                         continue
-                    part.last_flush = now
-                    if part.log.durable_offset < part.log.next_offset:
-                        try:
-                            await loop.run_in_executor(self._io, part.log.flush)
-                        except OSError:
-                            log.exception("flush failed for %s/%d", part.topic, part.index)
+                part.last_flush = now
+        if failed:
+            raise StorageError(f"flush failed for {failed} partitions")
 
-    async def _expiry_loop(self) -> None:
+    async def _expire_members(self) -> None:
         """Sweep the groups whose policy expires members in the background (Cursus: every 5 s)."""
-        while True:
-            await asyncio.sleep(self.config.group_expiry_check_ms / 1000)
-            if self.groups.sweep_all(active_only=True):
-                await self._groups_file.save(wait=False)
+        if self.groups.sweep_all(active_only=True):
+            await self._groups_file.save(wait=False)
 
-    async def _groups_persist_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.heartbeat_persist_interval_ms / 1000)
-            if self._groups_dirty:
-                self._groups_dirty = False
-                await self._groups_file.save(wait=False)
+    async def _persist_groups_if_dirty(self) -> None:
+        if self._groups_dirty:
+            self._groups_dirty = False
+            await self._groups_file.save(wait=False)
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -29,6 +29,11 @@ class BrokerConfig:
     group_expiry_check_ms: int = 5_000
     retention_check_interval_ms: int = 30_000
     heartbeat_persist_interval_ms: int = 1_000
+    # Partitions this broker holds at most, over every topic (PartitionLimitReached beyond).
+    max_partitions: int = 100_000
+    # Background tasks that fail wait this long before the next attempt, doubling up to the max.
+    background_retry_ms: int = 100
+    background_retry_max_ms: int = 5_000
 
     def __post_init__(self) -> None:
         if self.default_partitions < 1:
@@ -39,3 +44,7 @@ class BrokerConfig:
             raise InvalidConfig("min in-sync replicas must be between 1 and the replication factor")
         if self.ack_all_timeout_ms <= 0 or self.group_session_timeout_ms <= 0:
             raise InvalidConfig("timeouts must be positive")
+        if self.max_partitions < 1:
+            raise InvalidConfig("max_partitions must be >= 1")
+        if not 0 < self.background_retry_ms <= self.background_retry_max_ms:
+            raise InvalidConfig("background retry delays must be positive, the first <= the max")

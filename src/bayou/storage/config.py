@@ -42,6 +42,9 @@ class LogConfig:
     max_batch_bytes: int = 64 * 1024 * 1024
     retention_segments: int = 0  # 0: no limit; else keep at most this many segments (TANK's count)
     fsync: FsyncPolicy = FsyncPolicy()
+    # Broker-wide ([log] only, not a topic key): segment and index files kept open at once by
+    # the store's handle cache (storage/handles.py); 0: half the process's open-file limit.
+    max_open_files: int = 0
 
     def __post_init__(self) -> None:
         if not 64 <= self.segment_bytes <= 1 << 31:
@@ -58,6 +61,8 @@ class LogConfig:
             raise InvalidConfig("retention.segments must be 0 (no limit) or at least 2")
         if self.max_batch_bytes <= 0:
             raise InvalidConfig("max.batch.bytes must be positive")
+        if self.max_open_files < 0:
+            raise InvalidConfig("max_open_files must be 0 (derived from the open-file limit) or positive")
 
 
 # Topic-level keys (Kafka's names) mapped to LogConfig fields.

@@ -4,6 +4,7 @@ Offset index entry: relative offset u32, file position u32 (8 bytes).
 Time index entry:   max timestamp so far i64, relative offset u32 (12 bytes).
 
 Entries are kept in memory (array) and appended to their file; a torn last entry is ignored on load.
+The files are opened through the store's handle cache when appended to, and closed when idle.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import struct
 from array import array
 from pathlib import Path
 
+from bayou.storage.handles import CachedFile, HandleCache, default_cache
+
 _OFF = struct.Struct(">II")
 _TIME = struct.Struct(">qI")
 
@@ -21,11 +24,12 @@ _TIME = struct.Struct(">qI")
 class OffsetIndex:
     entry_size = _OFF.size
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, handles: HandleCache | None = None) -> None:
         self.path = path
         self.rel_offsets: array[int] = array("Q")
         self.positions: array[int] = array("Q")
-        self._fd = -1
+        self._file = _index_file(path, handles)
+        self._dirty = False
 
     def load(self, max_position: int, max_rel_offset: int) -> bool:
         """Read entries from disk; return False (and keep nothing) if they look inconsistent."""
@@ -52,16 +56,12 @@ class OffsetIndex:
         self.rel_offsets = array("Q")
         self.positions = array("Q")
 
-    def _file(self) -> int:
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
-
     def append(self, rel_offset: int, position: int) -> None:
         # Readers in other threads bisect rel_offsets and index positions: grow positions first.
         self.positions.append(position)
         self.rel_offsets.append(rel_offset)
-        os.write(self._file(), _OFF.pack(rel_offset, position))
+        _write(self._file, _OFF.pack(rel_offset, position))
+        self._dirty = True
 
     def lookup(self, rel_offset: int) -> int:
         """File position of the last indexed batch starting at or before ``rel_offset`` (0 if none)."""
@@ -83,25 +83,36 @@ class OffsetIndex:
         self.close()
         data = b"".join(_OFF.pack(r, p) for r, p in zip(self.rel_offsets, self.positions, strict=True))
         self.path.write_bytes(data)
+        self._dirty = True
 
     def sync(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
+        if self._dirty:
+            self._dirty = False
+            try:
+                with self._file.use() as fd:
+                    os.fsync(fd)
+            except BaseException:
+                self._dirty = True
+                raise
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Close the descriptor (reopened on the next append)."""
+        self._file.close()
+
+    def discard(self) -> None:
+        """Close for good (the segment is closed or deleted)."""
+        self._file.discard()
 
 
 class TimeIndex:
     entry_size = _TIME.size
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, handles: HandleCache | None = None) -> None:
         self.path = path
         self.timestamps: array[int] = array("q")
         self.rel_offsets: array[int] = array("Q")
-        self._fd = -1
+        self._file = _index_file(path, handles)
+        self._dirty = False
 
     def load(self, max_rel_offset: int) -> bool:
         self.clear_memory()
@@ -126,11 +137,6 @@ class TimeIndex:
         self.timestamps = array("q")
         self.rel_offsets = array("Q")
 
-    def _file(self) -> int:
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
-
     @property
     def last_timestamp(self) -> int | None:
         return self.timestamps[-1] if self.timestamps else None
@@ -142,7 +148,8 @@ class TimeIndex:
         # Readers bisect timestamps and index rel_offsets: grow rel_offsets first.
         self.rel_offsets.append(rel_offset)
         self.timestamps.append(max_timestamp)
-        os.write(self._file(), _TIME.pack(max_timestamp, rel_offset))
+        _write(self._file, _TIME.pack(max_timestamp, rel_offset))
+        self._dirty = True
 
     def lookup(self, timestamp: int) -> int:
         """Relative offset from which a scan for the first record with ts >= ``timestamp`` may start."""
@@ -160,12 +167,32 @@ class TimeIndex:
         self.close()
         data = b"".join(_TIME.pack(t, r) for t, r in zip(self.timestamps, self.rel_offsets, strict=True))
         self.path.write_bytes(data)
+        self._dirty = True
 
     def sync(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
+        if self._dirty:
+            self._dirty = False
+            try:
+                with self._file.use() as fd:
+                    os.fsync(fd)
+            except BaseException:
+                self._dirty = True
+                raise
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Close the descriptor (reopened on the next append)."""
+        self._file.close()
+
+    def discard(self) -> None:
+        """Close for good (the segment is closed or deleted)."""
+        self._file.discard()
+
+
+def _index_file(path: Path, handles: HandleCache | None) -> CachedFile:
+    return (handles if handles is not None else default_cache()).file(
+        path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+
+def _write(file: CachedFile, data: bytes) -> None:
+    with file.use() as fd:
+        os.write(fd, data)

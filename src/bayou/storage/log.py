@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from bayou.records.batch import (
 )
 from bayou.storage.config import LogConfig
 from bayou.storage.fsutil import fsync_dir
+from bayou.storage.handles import HandleCache, default_cache
 from bayou.storage.segment import LOG_SUFFIX, Segment
 
 READ_CHUNK = 256 * 1024  # first read of a record-limited fetch
@@ -39,6 +41,19 @@ log = logging.getLogger("bayou.storage")
 
 
 GRAVE_SECONDS = 60.0
+
+# Sealed segments are fsynced here after a roll, so an append that rolls (on the event loop,
+# under the log lock) never waits for the disk (Kafka schedules the same flush).
+_roll_syncer: ThreadPoolExecutor | None = None
+_roll_syncer_lock = threading.Lock()
+
+
+def _background(fn: Callable[[], None]) -> Future[None]:
+    global _roll_syncer
+    with _roll_syncer_lock:
+        if _roll_syncer is None:
+            _roll_syncer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bayou-roll-sync")
+        return _roll_syncer.submit(fn)
 
 
 def now_ms() -> int:
@@ -79,9 +94,13 @@ class FileSpan:
 
 
 class PartitionLog:
-    def __init__(self, directory: Path, config: LogConfig, *, recover: bool = True) -> None:
+    def __init__(self, directory: Path, config: LogConfig, *, recover: bool = True,
+                 handles: HandleCache | None = None) -> None:
         self.dir = directory
         self.config = config
+        self.handles = handles if handles is not None else default_cache()
+        self._roll_syncs: list[Future[None]] = []
+        self.closed = False
         self._lock = threading.RLock()
         self._sync_cond = threading.Condition()
         self._syncing = False
@@ -92,26 +111,31 @@ class PartitionLog:
         # a concurrent reader never preads a recycled descriptor number.
         self._graveyard: list[tuple[float, Segment]] = []
         self.truncated_bytes = 0
-        directory.mkdir(parents=True, exist_ok=True)
         self._load(recover)
 
     # -- opening -------------------------------------------------------------------------------
 
     def _load(self, recover: bool) -> None:
-        for stale in list(self.dir.glob("*.deleted")) + list(self.dir.glob("*.tmp")):
-            stale.unlink(missing_ok=True)
-        bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.dir.glob("*" + LOG_SUFFIX)
-                       if p.name[: -len(LOG_SUFFIX)].isdigit())
+        try:
+            names = set(os.listdir(self.dir))  # one listing: a broker may open 50,000 of these
+        except FileNotFoundError:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            names = set()
+        for stale in [n for n in names if n.endswith((".deleted", ".tmp"))]:
+            (self.dir / stale).unlink(missing_ok=True)
+        bases = sorted(int(n[: -len(LOG_SUFFIX)]) for n in names
+                       if n.endswith(LOG_SUFFIX) and n[: -len(LOG_SUFFIX)].isdigit())
         for i, base in enumerate(bases):
-            seg = Segment(self.dir, base, self.config.index_interval_bytes)
+            seg = Segment(self.dir, base, self.config.index_interval_bytes, self.handles)
             is_active = i == len(bases) - 1
-            self.truncated_bytes += seg.load(recover=recover and is_active)
+            indexed = seg.index.path.name in names or seg.time_index.path.name in names
+            self.truncated_bytes += seg.load(recover=recover and is_active, indexes_on_disk=indexed)
             if not is_active and seg.next_offset != bases[i + 1] and seg.size:
                 log.warning("segment %s ends at offset %d but the next starts at %d",
                             seg.path, seg.next_offset, bases[i + 1])
             self.segments.append(seg)
         if not self.segments:
-            self.segments.append(Segment(self.dir, 0, self.config.index_interval_bytes))
+            self.segments.append(Segment(self.dir, 0, self.config.index_interval_bytes, self.handles))
         self._bases = [s.base_offset for s in self.segments]
         self._durable_offset = self.next_offset
 
@@ -169,7 +193,11 @@ class PartitionLog:
         buf = batch if isinstance(batch, bytearray) else bytearray(batch)
         now = now_ms()
         with self._lock:
-            self._maybe_roll(header.size, now)
+            self._check_open()
+            try:
+                self._maybe_roll(header.size, now)
+            except OSError as exc:  # no room for the new segment file (ENOSPC, EDQUOT)
+                raise StorageError(f"cannot start a new segment: {exc}") from exc
             base = self.active.next_offset
             last = (base if at_offset is None else at_offset) + header.last_offset_delta
             if last > MAX_OFFSET:  # before any segment is named after it
@@ -207,10 +235,8 @@ class PartitionLog:
     def _undo_partial_write(self) -> None:
         seg = self.active
         try:
-            actual = os.fstat(seg.fd).st_size
-            if actual != seg.size:
-                os.ftruncate(seg.fd, seg.size)
-        except OSError:
+            seg.undo_partial_write()
+        except (OSError, ValueError):
             log.exception("could not undo a partial write on %s", seg.path)
 
     def _maybe_roll(self, incoming: int, now: int) -> None:
@@ -234,22 +260,40 @@ class PartitionLog:
             self._bases.pop()
             old.delete()
         else:
-            old.sync()
-        seg = Segment(self.dir, base, self.config.index_interval_bytes)
+            self._sync_after_roll(old)
+        seg = Segment(self.dir, base, self.config.index_interval_bytes, self.handles)
         self.segments.append(seg)
         self._bases.append(base)
 
     def roll(self) -> None:
-        """Close the active segment (durably) and start a new one at the log end."""
+        """Seal the active segment and start a new one at the log end. The sealed segment is
+        fsynced in the background (``_sync_after_roll``)."""
         with self._lock:
             old = self.active
             if old.size == 0:
                 return
-            old.sync()
-            seg = Segment(self.dir, old.next_offset, self.config.index_interval_bytes)
+            seg = Segment(self.dir, old.next_offset, self.config.index_interval_bytes,
+                          self.handles)
             seg.next_offset = old.next_offset
             self.segments.append(seg)
             self._bases.append(seg.base_offset)
+            self._sync_after_roll(old)
+
+    def _sync_after_roll(self, old: Segment) -> None:
+        """Make a sealed segment durable off the caller's thread (through ``sync_to``, so the
+        durable offset moves and concurrent fsyncs are shared). A failure is logged; the segment
+        stays dirty, so the next flush (interval policy, acks, shutdown) tries again."""
+        offset = old.next_offset
+
+        def run() -> None:
+            try:
+                self.sync_to(offset)
+            except StorageError as exc:
+                log.error("fsync of sealed segment %s failed (retried by the next flush): %s",
+                          old.path, exc)
+
+        self._roll_syncs = [f for f in self._roll_syncs if not f.done()]
+        self._roll_syncs.append(_background(run))
 
     # -- durability ----------------------------------------------------------------------------
 
@@ -270,8 +314,12 @@ class PartitionLog:
                 target = self.next_offset
                 dirty = [s for s in self.segments if s.dirty]
             for seg in dirty:
-                if seg.fd >= 0:
+                if seg.closed:
+                    continue
+                try:
                     seg.sync()
+                except ValueError:  # deleted (retention, truncation) while we looked
+                    continue
             synced = True
         except OSError as exc:
             raise StorageError(f"fsync failed: {exc}") from exc
@@ -299,6 +347,7 @@ class PartitionLog:
         once the records at or after ``offset`` reach that count.
         """
         with self._lock:
+            self._check_open()
             start = self.log_start_offset
             end = self.next_offset
             limit = end if max_offset is None else min(max_offset, end)
@@ -361,6 +410,7 @@ class PartitionLog:
         removed by retention is closed only after the graveyard delay.
         """
         with self._lock:
+            self._check_open()
             start = self.log_start_offset
             end = self.next_offset
             limit = end if max_offset is None else min(max_offset, end)
@@ -393,7 +443,12 @@ class PartitionLog:
                                    payload_only=payload_only)
             if not batches:
                 return None
-            return FileSpan(seg.fd, tuple(batches))
+            try:
+                fd = seg.lease_fd(GRAVE_SECONDS)
+            except (OSError, ValueError):
+                return self.locate(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset,
+                                   payload_only=payload_only)
+            return FileSpan(fd, tuple(batches))
         return None
 
     def read_records(self, offset: int, max_records: int, *, max_offset: int | None = None,
@@ -501,7 +556,7 @@ class PartitionLog:
                 return
             if not keep_active:
                 try:
-                    seg = Segment(self.dir, end, self.config.index_interval_bytes)
+                    seg = Segment(self.dir, end, self.config.index_interval_bytes, self.handles)
                 except OSError as exc:
                     raise StorageError(f"purge failed: {exc}") from exc
                 try:
@@ -568,8 +623,15 @@ class PartitionLog:
                 keep.append((t, seg))
         self._graveyard = keep
 
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StorageError(f"the log {self.dir} is closed")
+
     def close(self) -> None:
+        """Close every file for good (a reader in another thread finishes its current read;
+        later reads raise StorageError)."""
         with self._lock:
+            self.closed = True
             for seg in self.segments:
                 seg.close()
             self._close_buried(0)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bayou.errors import CorruptRecord
 from bayou.records.batch import HEADER_SIZE, BatchHeader, batch_crc, decode_header
+from bayou.storage.handles import HandleCache, default_cache
 from bayou.storage.index import OffsetIndex, TimeIndex
 
 log = logging.getLogger("bayou.storage")
@@ -36,15 +37,24 @@ class ScanResult:
 
 
 class Segment:
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
+                 handles: HandleCache | None = None) -> None:
+        """Open (or create) the segment. Its files are opened through ``handles`` on use, and
+        closed when idle, so a store may hold more segments than the process may open files."""
         self.base_offset = base_offset
         name = segment_name(base_offset)
+        cache = handles if handles is not None else default_cache()
         self.path = directory / (name + LOG_SUFFIX)
-        self.index = OffsetIndex(directory / (name + INDEX_SUFFIX))
-        self.time_index = TimeIndex(directory / (name + TIMEINDEX_SUFFIX))
+        self.index = OffsetIndex(directory / (name + INDEX_SUFFIX), cache)
+        self.time_index = TimeIndex(directory / (name + TIMEINDEX_SUFFIX), cache)
         self.index_interval_bytes = index_interval_bytes
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        # No O_CREAT on reopening: a segment deleted while a reader holds it must not come back.
+        self.file = cache.file(self.path, os.O_RDWR | os.O_APPEND)
+        try:
+            self.size = os.stat(self.path).st_size
+        except FileNotFoundError:  # a new segment: its name (the base offset) is on disk now
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644))
+            self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.created_ms: int | None = None  # time of the first append, for age-based rolling
@@ -62,9 +72,10 @@ class Segment:
             self.time_index.maybe_append(max(self.max_timestamp, header.max_timestamp), rel)
             self._bytes_since_index = 0
         view = memoryview(data)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
+        with self.file.use() as fd:
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
         self.size += header.size
         self._bytes_since_index += header.size
         self.next_offset = header.next_offset
@@ -81,7 +92,8 @@ class Segment:
     def sync(self) -> None:
         """fsync what was written before this call (appends racing with it stay dirty)."""
         size = self.size
-        os.fsync(self.fd)
+        with self.file.use() as fd:
+            os.fsync(fd)
         self.index.sync()
         self.time_index.sync()
         self.synced_size = max(self.synced_size, size)
@@ -89,7 +101,18 @@ class Segment:
     # -- reading -------------------------------------------------------------------------------
 
     def pread(self, size: int, position: int) -> bytes:
-        return os.pread(self.fd, size, position)
+        with self.file.use() as fd:
+            return os.pread(fd, size, position)
+
+    def lease_fd(self, seconds: float) -> int:
+        """The log file's descriptor, valid for ``seconds`` (zero-copy sends; see handles.py)."""
+        return self.file.lease(seconds)
+
+    def undo_partial_write(self) -> None:
+        """Cut bytes a failed append left past the known size."""
+        with self.file.use() as fd:
+            if os.fstat(fd).st_size != self.size:
+                os.ftruncate(fd, self.size)
 
     def header_at(self, position: int) -> BatchHeader:
         return decode_header(self.pread(HEADER_SIZE, position))
@@ -194,9 +217,11 @@ class Segment:
             pos += h.size
         self._bytes_since_index = since
 
-    def load(self, *, recover: bool) -> int:
+    def load(self, *, recover: bool, indexes_on_disk: bool = True) -> int:
         """Open an existing segment. With ``recover``, validate from the last index point and truncate
         a torn or corrupt tail. Returns how many bytes were cut."""
+        if self.size == 0 and not indexes_on_disk:
+            return 0  # an empty segment without index files: nothing to read (a fast start)
         max_rel = 0xFFFFFFFF
         ok = self.index.load(self.size, max_rel) and self.time_index.load(max_rel)
         if ok and recover and not self._indexes_match_log():
@@ -255,8 +280,9 @@ class Segment:
         return True
 
     def truncate_to_position(self, position: int) -> None:
-        os.ftruncate(self.fd, position)
-        os.fsync(self.fd)
+        with self.file.use() as fd:
+            os.ftruncate(fd, position)
+            os.fsync(fd)
         self.size = position
         self.synced_size = min(self.synced_size, position)
         self.index.truncate_to_position(position)
@@ -265,12 +291,15 @@ class Segment:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        return self.file.discarded
+
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        self.index.close()
-        self.time_index.close()
+        """Close for good; a reader that still holds this segment gets ValueError."""
+        self.file.discard()
+        self.index.discard()
+        self.time_index.discard()
 
     def delete(self, *, close: bool = True) -> None:
         """Remove the files. With ``close=False`` the descriptor stays open, so a reader that
@@ -278,8 +307,8 @@ class Segment:
         if close:
             self.close()
         else:
-            self.index.close()
-            self.time_index.close()
+            self.index.discard()
+            self.time_index.discard()
         for p in (self.path, self.index.path, self.time_index.path):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()

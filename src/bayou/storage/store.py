@@ -22,6 +22,7 @@ from pathlib import Path
 from bayou.errors import InvalidTopicName, StorageError
 from bayou.storage.config import LogConfig
 from bayou.storage.fsutil import atomic_write, fsync_dir
+from bayou.storage.handles import HandleCache
 from bayou.storage.log import PartitionLog
 
 log = logging.getLogger("bayou.storage")
@@ -53,8 +54,11 @@ class TopicMeta:
 
 
 class Store:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, max_open_files: int = 0) -> None:
+        """``max_open_files``: how many segment and index files stay open (0: half the
+        process's open-file limit); the rest are opened on use."""
         self.root = Path(data_dir)
+        self.handles = HandleCache(max_open_files)
         self.topics_dir = self.root / "topics"
         self._lock_fd = -1
         self.was_clean = False
@@ -80,7 +84,9 @@ class Store:
         return self.was_clean
 
     def mark_clean(self) -> None:
-        atomic_write(self.root / CLEAN_MARKER, b"clean\n")
+        """Leave the marker. It is empty (its existence is what counts), so it needs no data
+        block and can still be written on a full disk."""
+        atomic_write(self.root / CLEAN_MARKER, b"")
 
     def close(self) -> None:
         if self._lock_fd >= 0:
@@ -119,7 +125,8 @@ class Store:
         atomic_write(tdir / "topic.json", meta.to_json())
 
     def open_log(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
-        return PartitionLog(self.topic_dir(topic) / str(partition), config, recover=not self.was_clean)
+        return PartitionLog(self.topic_dir(topic) / str(partition), config, recover=not self.was_clean,
+                            handles=self.handles)
 
     def delete_topic(self, name: str) -> None:
         tdir = self.topic_dir(name)

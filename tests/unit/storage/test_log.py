@@ -511,16 +511,17 @@ def test_failed_fsync_does_not_advance_durable_offset(log: PartitionLog) -> None
     log.flush()
     log.append(make_batch(1))
     seg = log.active
-    real_fd = seg.fd
-    r, w = os.pipe()  # fsync on a pipe fails with EINVAL: a real failing fsync, no mocks
-    seg.fd = r
+    real_file = seg.file
+    fifo = log.dir / "fifo"
+    os.mkfifo(fifo)  # fsync on a pipe fails with EINVAL: a real failing fsync, no mocks
+    seg.file = log.handles.file(fifo, os.O_RDWR)
     try:
         with pytest.raises(StorageError):
             log.flush()
     finally:
-        seg.fd = real_fd
-        os.close(r)
-        os.close(w)
+        seg.file.discard()
+        seg.file = real_file
+        fifo.unlink()
     assert log.durable_offset == 1  # the second record was never made durable
 
 

@@ -303,6 +303,7 @@ ERROR_STATUS: Mapping[type[errors.BayouError], Status] = MappingProxyType({
     errors.UnknownTopic: Status.TOPIC_ID_NOT_FOUND,
     errors.UnknownPartition: Status.PARTITION_NOT_FOUND,
     errors.InvalidPartitions: Status.INVALID_PARTITIONS_COUNT,
+    errors.PartitionLimitReached: Status.INVALID_PARTITIONS_COUNT,  # the broker's max_partitions
     errors.InvalidConfig: Status.INVALID_OPTION_VALUE,
     errors.OffsetOutOfRange: Status.INVALID_OFFSET,
     errors.CorruptRecord: Status.INVALID_MESSAGE_CHECKSUM,
