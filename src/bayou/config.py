@@ -83,7 +83,8 @@ TOP_KEYS: dict[str, Kind] = {"data_dir": str, "fsync": str,
 BROKER_KEYS = _scalar_fields(BrokerConfig)
 LOG_KEYS = _scalar_fields(LogConfig)
 IGGY_KEYS = _scalar_fields(IggyOptions)
-CLUSTER_KEYS: dict[str, Kind] = {"zookeeper": str, "replication": (str, int), "session_timeout_ms": int}
+CLUSTER_KEYS: dict[str, Kind] = {"zookeeper": str, "replication": (str, int), "session_timeout_ms": int,
+                                  "secret": str}
 
 
 def _describe(value: Any) -> str:
@@ -228,7 +229,9 @@ def _build(raw: dict[str, Any], *, data_dir: str | None, fsync: str | None,
         repl = (replication if replication is not None
                 else cluster_raw.get("replication", f"{DEFAULT_BIND}:9093"))
         bind = parse_listen(str(repl), "replication") or (DEFAULT_BIND, 9093)
-        cluster_opts = ClusterOptions(str(zk_url), bind, int(cluster_raw.get("session_timeout_ms", 4000)))
+        secret = cluster_raw.get("secret") or os.environ.get("BAYOU_CLUSTER_SECRET") or None
+        cluster_opts = ClusterOptions(str(zk_url), bind, int(cluster_raw.get("session_timeout_ms", 4000)),
+                                      secret)
 
     addrs: dict[str, tuple[str, int] | None] = {
         name: (DEFAULT_BIND, port) for name, (port, _f) in PROTOCOLS.items()}

@@ -110,6 +110,7 @@ class ClusterOptions:
     zookeeper: str
     replication: tuple[str, int] = (DEFAULT_BIND, 9093)
     session_timeout_ms: int = 4000  # ZooKeeper session: how fast a dead broker is noticed
+    secret: str | None = None  # replication listeners admit only brokers that know it
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +145,8 @@ class BayouServer:
             from bayou.broker.cluster.state import BrokerRegistration
 
             self.cluster = ClusterNode(self.broker, self.config.cluster.zookeeper, BrokerRegistration(0, ""),
-                                       session_timeout_s=self.config.cluster.session_timeout_ms / 1000)
+                                       session_timeout_s=self.config.cluster.session_timeout_ms / 1000,
+                                       secret=self.config.cluster.secret)
         try:
             for name, addr in self.config.listeners.items():
                 if addr is None:
@@ -187,6 +189,8 @@ class BayouServer:
         for name, li in self.listeners.items():
             if is_loopback(li.host) or (name == "iggy" and not self.config.iggy.seed_dialect):
                 continue  # Iggy clients log in (unless the login-less seed dialect is on)
+            if name == "replication" and self.config.cluster is not None and self.config.cluster.secret:
+                continue  # brokers prove they know the cluster's secret
             log.warning("listener reachable from other hosts without authentication: anyone who reaches "
                         "it can produce, consume, change and delete topics (bind 127.0.0.1, or keep the "
                         "port behind a firewall)", extra={"protocol": name, "host": li.host, "port": li.port})

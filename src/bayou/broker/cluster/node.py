@@ -76,6 +76,10 @@ from bayou.errors import (
 )
 from bayou.protocols.replica.codec import (
     DEDUPLICATE,
+    HEADER_SIZE,
+    NONCE_SIZE,
+    Auth,
+    Challenge,
     Fetch,
     FetchError,
     FetchReply,
@@ -83,6 +87,7 @@ from bayou.protocols.replica.codec import (
     ProduceError,
     ProduceReply,
     ReplicaProtocolError,
+    auth_mac,
     decode,
     encode,
 )
@@ -107,10 +112,11 @@ FETCH_MAX_WAIT_MS = 500
 class ClusterNode:
     def __init__(self, broker: Broker, url: str, registration: BrokerRegistration, *,
                  tick_s: float = 0.5, lag_timeout_s: float | None = None,
-                 session_timeout_s: float = 6.0) -> None:
+                 session_timeout_s: float = 6.0, secret: str | None = None) -> None:
         self.broker = broker
         self.me = broker.config.broker_id
         self.url = url
+        self.secret = secret  # the replication listeners' shared secret ([cluster] secret)
         self.registration = registration
         self.tick_s = tick_s
         self.lag_timeout_s = (broker.config.replica_lag_timeout_ms / 1000 if lag_timeout_s is None
@@ -777,9 +783,8 @@ class ClusterNode:
         while True:
             reused = bool(idle)
             try:
-                reader, writer = idle.pop() if idle else await asyncio.wait_for(
-                    asyncio.open_connection(host, port), 5)
-            except (OSError, TimeoutError):
+                reader, writer = idle.pop() if idle else await asyncio.wait_for(self._connect(host, port), 5)
+            except (OSError, TimeoutError, ReplicaProtocolError):
                 raise NotLeader("the partition's leader cannot be reached") from None
             got = b""
             try:
@@ -952,16 +957,41 @@ class ClusterNode:
 
     # -- follower side ------------------------------------------------------------------------
 
+    async def _connect(self, host: str, port: int, limit: int = 1 << 16
+                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to another broker's replication listener, past its challenge when the
+        cluster has a shared secret (ReplicaProtocolError when the answer is refused)."""
+        reader, writer = await asyncio.open_connection(host, port, limit=limit)
+        if self.secret is None:
+            return reader, writer
+        try:
+            head = await asyncio.wait_for(reader.readexactly(HEADER_SIZE), 10)
+            if int.from_bytes(head[:4], "big") != NONCE_SIZE + 1:
+                raise ReplicaProtocolError("expected the replication listener's CHALLENGE")
+            decoded = decode(head + await asyncio.wait_for(reader.readexactly(NONCE_SIZE), 10))
+            if decoded is None or not isinstance(decoded[0], Challenge):
+                raise ReplicaProtocolError("expected the replication listener's CHALLENGE")
+            writer.write(encode(Auth(self.me, auth_mac(self.secret, decoded[0].nonce, self.me))))
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, ReplicaProtocolError) as exc:
+            writer.close()
+            raise ReplicaProtocolError(f"replication handshake with {host}:{port} failed: "
+                                       f"{exc or type(exc).__name__}") from None
+        return reader, writer
+
     async def _fetch_loop(self, part: Partition, rs: ReplicaSet, leader: BrokerRegistration) -> None:
         addr = leader.address(REPLICATION)
         assert addr is not None
         backoff = 0.05
         while part.cluster is rs and not self._stopping:
             try:
-                reader, writer = await asyncio.open_connection(*addr, limit=FETCH_MAX_BYTES * 2)
-            except OSError as exc:
+                reader, writer = await self._connect(*addr, limit=FETCH_MAX_BYTES * 2)
+            except (OSError, ReplicaProtocolError) as exc:
                 if isinstance(exc, ConnectionRefusedError):
                     self._suspect(leader)
+                elif isinstance(exc, ReplicaProtocolError):
+                    log.warning("cannot fetch %s/%d from broker %d: %s", part.topic, part.index,
+                                leader.broker_id, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
                 self._wake.set()

@@ -35,12 +35,23 @@ NONE, NOT_LEADER (this broker does not lead the partition in that epoch), FENCED
 epoch is older than the leader's: it must learn the new state first), UNKNOWN_PARTITION,
 OFFSET_OUT_OF_RANGE (the fetch offset is past the leader's log end, or below its start).
 
+CHALLENGE (kind 5), leader -> any broker, first on every connection when the cluster has a shared
+secret (``[cluster] secret``)::
+
+    16 bytes nonce
+
+AUTH (kind 6), the connecting broker's answer, before any other frame::
+
+    i32 broker id, 32 bytes HMAC-SHA256(secret, "bayou-replication-v1" + nonce + broker id)
+
 Readers return (message, bytes used), None for "need more bytes", or raise ``ReplicaProtocolError``.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
 import struct
 from dataclasses import dataclass
 
@@ -66,6 +77,15 @@ class Kind(enum.IntEnum):
     FETCH_REPLY = 2
     PRODUCE = 3
     PRODUCE_REPLY = 4
+    CHALLENGE = 5
+    AUTH = 6
+
+
+NONCE_SIZE = 16
+MAC_SIZE = 32
+_AUTH = struct.Struct(">i")
+AUTH_FRAME_MAX = _AUTH.size + MAC_SIZE + 1  # the largest frame length a broker reads before AUTH
+HEADER_SIZE = _LEN.size  # u32 length + u8 kind
 
 
 class ProduceError(enum.IntEnum):
@@ -127,10 +147,35 @@ class ProduceReply:
     message: str = ""
 
 
-Message = Fetch | FetchReply | Produce | ProduceReply
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    nonce: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    broker_id: int
+    mac: bytes
+
+
+def auth_mac(secret: str, nonce: bytes, broker_id: int) -> bytes:
+    """What a broker that knows the cluster's secret answers to ``nonce``."""
+    return hmac.new(secret.encode(), b"bayou-replication-v1" + nonce + _AUTH.pack(broker_id),
+                    hashlib.sha256).digest()
+
+
+def auth_ok(secret: str, nonce: bytes, auth: Auth) -> bool:
+    return hmac.compare_digest(auth.mac, auth_mac(secret, nonce, auth.broker_id))
+
+
+Message = Fetch | FetchReply | Produce | ProduceReply | Challenge | Auth
 
 
 def encode(msg: Message) -> bytes:
+    if isinstance(msg, Challenge):
+        return _LEN.pack(len(msg.nonce) + 1, Kind.CHALLENGE) + msg.nonce
+    if isinstance(msg, Auth):
+        return _LEN.pack(_AUTH.size + len(msg.mac) + 1, Kind.AUTH) + _AUTH.pack(msg.broker_id) + msg.mac
     if isinstance(msg, Produce):
         name = msg.topic.encode()
         body = _U16.pack(len(name)) + name + _PRODUCE.pack(msg.partition, msg.acks, msg.flags) + msg.batch
@@ -165,6 +210,14 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[Message, int] | None:
         return None
     body = bytes(buf[_LEN.size : end])
     try:
+        if kind == Kind.CHALLENGE:
+            if len(body) != NONCE_SIZE:
+                raise ReplicaProtocolError("CHALLENGE body has the wrong size")
+            return Challenge(body), end
+        if kind == Kind.AUTH:
+            if len(body) != _AUTH.size + MAC_SIZE:
+                raise ReplicaProtocolError("AUTH body has the wrong size")
+            return Auth(_AUTH.unpack_from(body, 0)[0], body[_AUTH.size :]), end
         if kind == Kind.FETCH:
             (n,) = _U16.unpack_from(body, 0)
             if 2 + n + _FETCH.size != len(body):
