@@ -49,6 +49,7 @@ class LiveBroker:
     def stop(self) -> None:
         try:
             self.call(self.server.stop(), timeout=30)
+            self.call(_cancel_the_rest(), timeout=10)  # background tasks the services left behind
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(10)
@@ -71,6 +72,13 @@ class LiveBroker:
     def errors(self) -> list[str]:
         return [f"{r.name}: {r.getMessage()}" + (f" ({r.exc_info[1]!r})" if r.exc_info else "")
                 for r in self._log.records]
+
+
+async def _cancel_the_rest() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @pytest.fixture(scope="module")
