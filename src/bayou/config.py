@@ -52,6 +52,7 @@ from typing import Any
 from bayou.broker.settings import BrokerConfig
 from bayou.errors import InvalidConfig
 from bayou.server.app import DEFAULT_BIND, PROTOCOLS, ClusterOptions, IggyOptions, ServerConfig
+from bayou.server.iggy_users import UserStoreError, check_root_credentials
 from bayou.storage.config import FsyncPolicy, LogConfig
 
 # -- the schema ------------------------------------------------------------------------------------
@@ -248,6 +249,12 @@ def _build(raw: dict[str, Any], *, data_dir: str | None, fsync: str | None,
         "root_username": os.environ.get("IGGY_ROOT_USERNAME", str(iggy_raw.get("root_username", "iggy"))),
         "root_password": os.environ.get("IGGY_ROOT_PASSWORD", str(iggy_raw.get("root_password", "iggy"))),
     })
+    if addrs.get("iggy") is not None:
+        try:  # Iggy's rules for the root user, refused here rather than at the first login
+            check_root_credentials(iggy.root_username, iggy.root_password)
+        except UserStoreError as exc:
+            raise InvalidConfig(f"Iggy root user {iggy.root_username!r}: {exc} (IGGY_ROOT_USERNAME, "
+                                "IGGY_ROOT_PASSWORD, [iggy] root_username, root_password)") from None
     top = {k: raw[k] for k in TOP_KEYS if k in raw and k not in ("data_dir", "fsync")}
     if advertised_host:
         top["advertised_host"] = advertised_host

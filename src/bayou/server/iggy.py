@@ -49,7 +49,16 @@ from bayou.broker.broker import TOPIC_KEYS
 from bayou.broker.cluster.state import MEMBER_BROKER_SHIFT, connection_member_base
 from bayou.broker.dedup import IdRun
 from bayou.broker.groups.coordinator import IGGY_POLICY
-from bayou.errors import BayouError, GroupNotFound, NotLeader, StorageError, TopicAlreadyExists, UnknownMember
+from bayou.errors import (
+    BayouError,
+    CorruptStorage,
+    GroupNotFound,
+    InvalidConfig,
+    NotLeader,
+    StorageError,
+    TopicAlreadyExists,
+    UnknownMember,
+)
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.batches import POLL_PREFIX, decode_legacy_send, decode_vsr_send, read_send_metadata
 from bayou.protocols.iggy.codec import check_vsr_header, decode_frame, encode_reply
@@ -103,7 +112,15 @@ from bayou.records.iggy import (
 from bayou.records.model import Record
 from bayou.server.base import Connection, Listener
 from bayou.server.iggy_catalog import Catalog, GroupEntry, StreamEntry, TopicEntry
-from bayou.server.iggy_users import Action, AuthFailure, User, UserStore, UserStoreError, allowed
+from bayou.server.iggy_users import (
+    Action,
+    AuthFailure,
+    User,
+    UserStore,
+    UserStoreError,
+    allowed,
+    check_root_credentials,
+)
 from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.iggy")
@@ -185,6 +202,14 @@ class IggyService:
         data = broker.config.data_dir / "iggy"
         self.catalog = Catalog(data / "catalog.json")
         self.users = UserStore(data / "users.json", root_username, root_password)
+        try:  # the root user: checked, and made on first start, before any client connects
+            check_root_credentials(root_username, root_password)
+            self.users.load()
+        except UserStoreError as exc:
+            raise InvalidConfig(f"Iggy root user {root_username!r}: {exc} (set IGGY_ROOT_USERNAME and "
+                                "IGGY_ROOT_PASSWORD, or [iggy] root_username and root_password)") from None
+        except ValueError as exc:
+            raise CorruptStorage(f"cannot read the Iggy users file: {exc}") from None
         self.sessions: dict[int, Session] = {}
         self._next_client = 1
         self._leaving: set[asyncio.Task[None]] = set()  # memberships still to remove

@@ -461,6 +461,13 @@ def allowed(user: User, action: Action, stream_id: int | None = None, topic_id: 
 # -- helpers ------------------------------------------------------------------------------------
 
 
+def check_root_credentials(username: str, password: str) -> None:
+    """The configured root user's name and password against Iggy's rules (raises InvalidUsername
+    or InvalidPassword), so that a broker refuses them at start rather than at the first login."""
+    _check_username(username)
+    _check_password(password)
+
+
 def _check_username(username: str) -> None:
     if not USERNAME_LENGTH[0] <= len(username.encode()) <= USERNAME_LENGTH[1]:
         raise InvalidUsername("usernames are 3..50 bytes")
