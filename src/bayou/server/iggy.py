@@ -51,7 +51,6 @@ from bayou.broker.dedup import IdRun
 from bayou.broker.groups.coordinator import IGGY_POLICY
 from bayou.errors import (
     BayouError,
-    CorruptStorage,
     GroupNotFound,
     InvalidConfig,
     NotLeader,
@@ -209,7 +208,7 @@ class IggyService:
             raise InvalidConfig(f"Iggy root user {root_username!r}: {exc} (set IGGY_ROOT_USERNAME and "
                                 "IGGY_ROOT_PASSWORD, or [iggy] root_username and root_password)") from None
         except ValueError as exc:
-            raise CorruptStorage(f"cannot read the Iggy users file: {exc}") from None
+            raise StorageError(f"cannot read the Iggy users file: {exc}") from None
         self.sessions: dict[int, Session] = {}
         self._next_client = 1
         self._leaving: set[asyncio.Task[None]] = set()  # memberships still to remove
