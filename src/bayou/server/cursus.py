@@ -202,8 +202,8 @@ class CursusService:
             return []
         return cmd.text.split()[1:]
 
-    def _topic_exists(self, topic: str) -> None:
-        if topic not in self.broker.topics:
+    async def _topic_exists(self, topic: str) -> None:
+        if not await self.broker.has_topic(topic):  # cluster mode: one made elsewhere is waited for
             raise err("topic_not_found", ("topic", topic))
 
     def _partition(self, cmd: Command, value: str | None) -> int:
@@ -288,7 +288,7 @@ class CursusService:
         topic = cmd.args.get("topic") or (pos[0] if pos else None)
         if not topic:
             raise err("missing_topic", ("expected", "DELETE topic=<name>"))
-        self._topic_exists(topic)
+        await self._topic_exists(topic)
         await self.broker.delete_topic(topic)
         self.events.forget(topic)
         return replies.ok(("topic", topic), ("deleted", True))
@@ -302,7 +302,7 @@ class CursusService:
 
     async def metadata(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
         topic = self._need(cmd, "topic")
-        self._topic_exists(topic)
+        await self._topic_exists(topic)
         n = self.broker.partition_count(topic)
         addr = f"{self.advertised.host}:{self.advertised.port}"
         leaders, epochs = [addr] * n, ["0"] * n
@@ -338,7 +338,7 @@ class CursusService:
         topic = cmd.args.get("topic") or next(iter(self._positional(cmd)), None)
         if not topic:
             raise err("missing_topic", ("expected", "DESCRIBE topic=<name>"))
-        self._topic_exists(topic)
+        await self._topic_exists(topic)
         info = self.broker.describe_topic(topic)
         body = {
             "status": "OK",
@@ -365,7 +365,7 @@ class CursusService:
 
     async def list_offsets(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
         topic = self._need(cmd, "topic")
-        self._topic_exists(topic)
+        await self._topic_exists(topic)
         info = self.broker.describe_topic(topic)
         parts = info.partitions
         if "partition" in cmd.args:
@@ -461,7 +461,7 @@ class CursusService:
         starts = cb.message_starts(body, head)
         if head.count == 0:
             raise err("broker_error", ("reason", "empty batch messages"))
-        if head.topic not in self.broker.topics:
+        if not await self.broker.has_topic(head.topic):
             raise err("topic_not_found", ("topic", head.topic))
         n = self.broker.partition_count(head.topic)
         if not 0 <= head.partition < n:
@@ -504,7 +504,7 @@ class CursusService:
         epoch = parse_int(args.get("epoch", "0"))
         if epoch is None:
             raise err("invalid_epoch", ("reason", f"invalid epoch {args.get('epoch')}"))
-        self._topic_exists(topic)
+        await self._topic_exists(topic)
         n = self.broker.partition_count(topic)
         key = args.get("key", "")
         if "partition" in args:
@@ -567,7 +567,7 @@ class CursusService:
 
     async def join_group(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
         topic, group, member, args = self._group_args(cmd, "topic", "group", "member")
-        self._topic_exists(topic)
+        await self._topic_exists(topic)
         gen = self._generation_arg(args, cmd.name, required=False)
         try:
             if gen is not None:
@@ -716,7 +716,7 @@ class CursusService:
     async def register_group(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
         topic = self._need(cmd, "topic")
         group = self._need(cmd, "group")
-        self._topic_exists(topic)
+        await self._topic_exists(topic)
         d = await self.broker.register_group(group, topic, CURSUS_POLICY, "range")
         if d.topic != topic:
             raise err("register_group_failed", ("reason", f"group {group} is bound to topic {d.topic}"))
@@ -729,7 +729,7 @@ class CursusService:
         group = cmd.args.get("group") or (pos[1] if len(pos) > 1 else DEFAULT_GROUP)
         if not topic:
             raise err("missing_topic", ("command", "SUBSCRIBE"))
-        self._topic_exists(topic)
+        await self._topic_exists(topic)
         d = await self.broker.register_group(group, topic, CURSUS_POLICY, "range")
         if d.topic != topic:
             raise err("topic_not_assigned_to_group", ("expected", d.topic), ("actual", topic))
@@ -918,8 +918,8 @@ class CursusService:
         part = self.broker.partition(topic, partition)
         return part.high_watermark if (reset or "").lower() == "latest" else part.log.log_start_offset
 
-    def _check_read_target(self, topic: str, partition: int) -> None:
-        if topic not in self.broker.topics:
+    async def _check_read_target(self, topic: str, partition: int) -> None:
+        if not await self.broker.has_topic(topic):
             raise err("command_failed", ("reason", f"topic '{topic}' does not exist"))
         n = self.broker.partition_count(topic)
         if not 0 <= partition < n:
@@ -943,7 +943,7 @@ class CursusService:
             raise err("command_failed", ("reason", f"invalid partition value: {args['partition']}"))
         if offset is None or offset < 0:
             raise err("command_failed", ("reason", f"invalid offset value: {args['offset']}"))
-        self._check_read_target(topic, p)
+        await self._check_read_target(topic, p)
         group = args.get("group") or DEFAULT_GROUP
         if group == "-":
             group = DEFAULT_GROUP
@@ -981,7 +981,7 @@ class CursusService:
         p = parse_int(args["partition"])
         if p is None:
             raise err("command_failed", ("reason", f"invalid partition value: {args['partition']}"))
-        self._check_read_target(topic, p)
+        await self._check_read_target(topic, p)
         explicit = parse_int(args["offset"]) if args.get("offset") else None
         start = self._start_offset(topic, p, group, explicit, args.get("autoOffsetReset"))
         limit = parse_int(args.get("batch", "")) or DEFAULT_BATCH

@@ -112,7 +112,7 @@ class TankService:
     async def _produce(self, c: TankConnection, req: m.Produce) -> None:
         results: list[m.ProduceTopicResult] = []
         for topic in req.topics:
-            if topic.name not in self.broker.topics:
+            if not await self.broker.has_topic(topic.name):
                 results.append(m.ProduceTopicResult(topic_error=TOPIC_UNKNOWN) if topic.entries
                                else m.ProduceTopicResult())
                 continue
@@ -166,7 +166,7 @@ class TankService:
         answers: Answers = []
         immediate = req.max_wait == 0
         for t in req.topics:
-            if t.name not in self.broker.topics:
+            if not await self.broker.has_topic(t.name):
                 answers.append((m.ConsumeUnknownTopic(t.name, len(t.partitions)), []))
                 immediate = True
                 continue
