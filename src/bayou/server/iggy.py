@@ -120,6 +120,7 @@ from bayou.server.iggy_users import (
     allowed,
     check_root_credentials,
 )
+from bayou.server.login_guard import LoginGuard, client_ip
 from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.iggy")
@@ -181,6 +182,7 @@ class Session:
     last_seen: float = field(default_factory=time.monotonic)
     close_after_reply: bool = False
     conn: Connection | None = None
+    login_failures: int = 0
 
     @property
     def member(self) -> str:
@@ -201,6 +203,7 @@ class IggyService:
         data = broker.config.data_dir / "iggy"
         self.catalog = Catalog(data / "catalog.json")
         self.users = UserStore(data / "users.json", root_username, root_password)
+        self.login_guard = LoginGuard()
         try:  # the root user: checked, and made on first start, before any client connects
             check_root_credentials(root_username, root_password)
             self.users.load()
@@ -689,11 +692,36 @@ class IggyService:
     async def _authenticate(self, fn: Callable[..., User], *args: str) -> User:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
+    async def _guarded_login(self, s: Session, username: str, fn: Callable[..., User], *args: str) -> User:
+        """A login attempt through the guard: after failures (on this connection or from this
+        address) each attempt waits, doubling, before it is judged; every failure is logged at
+        WARNING (address and user name, never the secret); the connection is closed after its
+        budget of failures."""
+        ip = client_ip(s.address)
+        wait = self.login_guard.delay(ip, s.login_failures)
+        if wait:
+            await asyncio.sleep(wait)
+        try:
+            user = await self._authenticate(fn, *args)
+        except AuthFailure:
+            s.login_failures += 1
+            recent = self.login_guard.failed(ip)
+            closing = self.login_guard.exhausted(s.login_failures)
+            log.warning("iggy login failed", extra={"peer": s.address, "user": username,
+                                                    "failures": s.login_failures,
+                                                    "address_failures": recent, "closing": closing})
+            if closing:
+                s.close_after_reply = True
+            raise
+        self.login_guard.succeeded(ip)
+        return user
+
     async def _login_user(self, s: Session, req: m.LoginUser) -> m.LoginReply:
         if s.dialect is None:
             s.dialect = Dialect.LEGACY
         try:
-            s.user = await self._authenticate(self.users.authenticate, req.username, req.password)
+            s.user = await self._guarded_login(s, req.username, self.users.authenticate, req.username,
+                                               req.password)
         except AuthFailure as exc:
             raise IggyError(Status(exc.iggy_status), "login refused") from None
         log.info("iggy login", extra={"client": s.client_id, "user": s.user.username})
@@ -703,7 +731,8 @@ class IggyService:
         if s.dialect is None:
             s.dialect = Dialect.LEGACY
         try:
-            s.user = await self._authenticate(self.users.authenticate_token, req.token)
+            s.user = await self._guarded_login(s, "(personal access token)", self.users.authenticate_token,
+                                               req.token)
         except AuthFailure as exc:
             raise IggyError(Status(exc.iggy_status), "token refused") from None
         return m.LoginReply(s.user.id)
@@ -715,9 +744,11 @@ class IggyService:
                             eviction=EvictionReason.INCOMPATIBLE_PROTOCOL)
         try:
             if isinstance(req, m.LoginRegister):
-                user = await self._authenticate(self.users.authenticate, req.username, req.password)
+                user = await self._guarded_login(s, req.username, self.users.authenticate, req.username,
+                                                 req.password)
             else:
-                user = await self._authenticate(self.users.authenticate_token, req.token)
+                user = await self._guarded_login(s, "(personal access token)", self.users.authenticate_token,
+                                                 req.token)
         except AuthFailure as exc:
             reason = {Status.USER_INACTIVE: EvictionReason.USER_INACTIVE,
                       Status.INVALID_PERSONAL_ACCESS_TOKEN: EvictionReason.INVALID_TOKEN,
