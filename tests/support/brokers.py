@@ -92,15 +92,29 @@ class BrokerProcess:
             stdout=logf, stderr=subprocess.STDOUT, env=env)
         logf.close()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        # the listeners open one after another: wait for every one that is on, not just V1's
+        ports = [self.port] + [port for name, port in (("cursus", self.cursus_port), ("iggy", self.iggy_port),
+                                                       ("tank", self.tank_port))
+                               if not self._off(name)]
+        while ports and time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}: {self.log()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
+                with socket.create_connection(("127.0.0.1", ports[0]), timeout=0.5):
+                    ports.pop(0)
             except OSError:
                 time.sleep(0.05)
-        raise TimeoutError(f"broker did not listen on {self.port}: {self.log()}")
+        if not ports:
+            return self
+        raise TimeoutError(f"broker did not listen on {ports[0]}: {self.log()}")
+
+    def _off(self, name: str) -> bool:
+        """Whether the extra arguments turn listener ``name`` off (the last flag wins)."""
+        value = None
+        for flag, arg in zip(self.extra, self.extra[1:], strict=False):
+            if flag == f"--{name}":
+                value = arg
+        return value is not None and value.lower() == "off"
 
     def log(self) -> str:
         try:

@@ -108,7 +108,7 @@ class Client:
         result: pa.RecordBatch = self.run(op)
         return result
 
-    def send(self, topic: str, partition: int, values: Sequence[bytes],
+    def send(self, topic: str, partition: int, values: Sequence[bytes | None],
              keys: Sequence[bytes | None] | None = None, headers: Sequence[HeaderList] | None = None,
              message_ids: Sequence[int] | None = None, *, compression: str | Compression = "none") -> None:
         """Append ``values`` (in order) to one partition, acknowledged once stored (on disk under
@@ -211,7 +211,7 @@ class AsyncClient:
                                                                 max_records, end_offset, include_headers))
         return result
 
-    async def send(self, topic: str, partition: int, values: Sequence[bytes],
+    async def send(self, topic: str, partition: int, values: Sequence[bytes | None],
                    keys: Sequence[bytes | None] | None = None, headers: Sequence[HeaderList] | None = None,
                    message_ids: Sequence[int] | None = None, *,
                    compression: str | Compression = "none") -> None:

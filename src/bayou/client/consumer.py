@@ -34,8 +34,8 @@ class ConsumerRecord:
     offset: int
     timestamp_ms: int
     key: bytes | None
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...] = ()
+    value: bytes | None  # None: a null value (Kafka's tombstone), as the producer sent it
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 def records_of(batch: pa.RecordBatch) -> list[ConsumerRecord]:

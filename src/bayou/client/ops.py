@@ -221,7 +221,7 @@ def fetch_arrow(r: Resolver, topic: str, partition: int, offset: int, max_record
     return batch
 
 
-def send(r: Resolver, topic: str, partition: int, values: Sequence[bytes],
+def send(r: Resolver, topic: str, partition: int, values: Sequence[bytes | None],
          keys: Sequence[bytes | None] | None = None, headers: Sequence[HeaderList] | None = None,
          message_ids: Sequence[int] | None = None, origin_us: int = 0,
          compression: Compression = Compression.NONE) -> Op[None]:

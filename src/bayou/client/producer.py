@@ -48,7 +48,7 @@ class RecordMetadata:
 class _Batch:
     topic: str
     partition: int
-    values: list[bytes] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
     keys: list[bytes | None] | None = None  # made when the first key arrives
     headers: list[HeaderList] | None = None  # made when the first headers arrive
     future: Future[RecordMetadata] = field(default_factory=Future)
@@ -89,7 +89,7 @@ class _Accumulator:
             self.sticky[topic] = p
         return p
 
-    def add(self, topic: str, partition: int, value: bytes, key: bytes | None,
+    def add(self, topic: str, partition: int, value: bytes | None, key: bytes | None,
             headers: HeaderList | None) -> tuple[_Batch, bool]:
         """Add one record to its partition's open batch; return the batch and whether it became
         full (and so is no longer open)."""
@@ -97,7 +97,7 @@ class _Accumulator:
         if b is None:
             b = self.open[(topic, partition)] = _Batch(topic, partition)
         b.values.append(value)
-        b.size += len(value) + 64
+        b.size += (len(value) if value is not None else 0) + 64
         if key is not None or headers or b.keys is not None or b.headers is not None:
             b.add_extras(key, headers)
         if b.size >= self.batch_size or len(b.values) >= self.max_batch_records:
@@ -173,10 +173,12 @@ class Producer:
             n = self._partitions[topic] = self.client.partition_count(topic)
         return n
 
-    def send(self, topic: str, value: bytes, *, key: bytes | None = None,
+    def send(self, topic: str, value: bytes | None, *, key: bytes | None = None,
              headers: HeaderList | None = None, partition: int | None = None) -> Future[RecordMetadata]:
         """Queue one record; the future gives its topic and partition once sent (or the error).
-        Records batched together share one future."""
+        Records batched together share one future. Any key (None, empty, longer than Iggy's 255
+        bytes), value (None is Kafka's null, a tombstone; b"" is empty) and header value is
+        carried exactly (as bayou's record envelope where Iggy cannot carry it itself)."""
         if self._closed:
             raise BayouClientError("producer is closed")
         if partition is None:
@@ -323,7 +325,7 @@ class AsyncProducer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def send(self, topic: str, value: bytes, *, key: bytes | None = None,
+    async def send(self, topic: str, value: bytes | None, *, key: bytes | None = None,
                    headers: HeaderList | None = None, partition: int | None = None
                    ) -> asyncio.Future[RecordMetadata]:
         if partition is None:

@@ -2,7 +2,10 @@
 replies turned into Arrow record batches, both in the legacy (0.8) layout (iggy.md B.5).
 
 A record key travels as the user header ``bayou.key`` (string key, raw value): that is how bayou's
-Iggy listener shows a record key to Iggy clients and how it stores a key an Iggy client sends.
+Iggy listener shows a record key to Iggy clients and how it stores a key an Iggy client sends. A
+record Iggy cannot carry as itself (a key of 0 or over 255 bytes, an empty or null value, a header
+with an empty, null or long value) travels as bayou's record envelope (``bayou.records.iggy``), so
+every Kafka record goes through exactly, both ways.
 When every message of a send or a poll has the same size and no headers, both directions work
 column-wise with numpy instead of per message.
 """
@@ -22,6 +25,7 @@ from bayou.protocols.iggy.compressed import envelope
 from bayou.protocols.iggy.framing import encode_legacy_request
 from bayou.protocols.iggy.wire import U32, enc_identifier, enc_partitioning
 from bayou.records.compression import Compression
+from bayou.records.iggy import ENVELOPE_HEADER, ENVELOPE_VERSION, decode_envelope, encode_envelope, fits_iggy
 
 KEY_HEADER = "bayou.key"
 _KEY_HEADER_RAW = KEY_HEADER.encode()
@@ -31,6 +35,8 @@ _TLV = struct.Struct("<BI")
 _MAX_FIELD = 255
 _U64_MASK = 0xFFFF_FFFF_FFFF_FFFF
 _KEY_FIELD = _TLV.pack(_KIND_STRING, len(_KEY_HEADER_RAW)) + _KEY_HEADER_RAW
+_ENVELOPE_FIELDS = (_TLV.pack(_KIND_STRING, len(ENVELOPE_HEADER)) + ENVELOPE_HEADER
+                    + _TLV.pack(_KIND_RAW, len(ENVELOPE_VERSION)) + ENVELOPE_VERSION)
 
 KAFKA_HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 KAFKA_SCHEMA = pa.schema([
@@ -49,7 +55,7 @@ _L_DTYPE_FIELDS = [("checksum", "<u8"), ("id_lo", "<u8"), ("id_hi", "<u8"), ("of
                    ("timestamp", "<u8"), ("origin", "<u8"), ("hl", "<u4"), ("pl", "<u4"),
                    ("reserved", "<u8")]
 
-HeaderList = Sequence[tuple[str, bytes]]
+HeaderList = Sequence[tuple[str, bytes | None]]  # a None value: Kafka's null header value
 
 
 def encode_headers(key: bytes | None, headers: HeaderList | None) -> bytes:
@@ -59,6 +65,8 @@ def encode_headers(key: bytes | None, headers: HeaderList | None) -> bytes:
     if key is not None:
         parts.append(_field(_KIND_STRING, _KEY_HEADER_RAW) + _field(_KIND_RAW, key))
     for name, value in headers or ():
+        if value is None:
+            raise ValueError("Iggy header values are 1..255 bytes, got null")
         parts.append(_field(_KIND_STRING, name.encode("utf-8")) + _field(_KIND_RAW, value))
     return b"".join(parts)
 
@@ -70,11 +78,11 @@ def _field(kind: int, raw: bytes) -> bytes:
 
 
 def decode_headers(buf: bytes | memoryview, pos: int, end: int
-                   ) -> tuple[bytes | None, list[tuple[str, bytes]]]:
+                   ) -> tuple[bytes | None, list[tuple[str, bytes | None]]]:
     """(record key, other headers) from an Iggy user-header block. String-keyed headers keep their
     name; other key kinds are named ``<kind>:<hex>``. A typed value is given as its raw bytes."""
     key: bytes | None = None
-    out: list[tuple[str, bytes]] = []
+    out: list[tuple[str, bytes | None]] = []
     mv = memoryview(buf)
     while pos + 5 <= end:
         kk, kl = _TLV.unpack_from(buf, pos)
@@ -115,7 +123,7 @@ def codec(compression: str | Compression | None) -> Compression:
             from None
 
 
-def send_frame(stream: m.Identifier, topic: m.Identifier, partition: int, values: Sequence[bytes],
+def send_frame(stream: m.Identifier, topic: m.Identifier, partition: int, values: Sequence[bytes | None],
                keys: Sequence[bytes | None] | None = None, headers: Sequence[HeaderList] | None = None,
                message_ids: Sequence[int] | None = None, origin_us: int = 0,
                compression: Compression = Compression.NONE) -> bytes:
@@ -135,14 +143,15 @@ def send_frame(stream: m.Identifier, topic: m.Identifier, partition: int, values
     return encode_legacy_request(Command.SEND_MESSAGES, send_metadata(stream, topic, partition, n) + body)
 
 
-def _send_body(values: Sequence[bytes], keys: Sequence[bytes | None] | None,
+def _send_body(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                headers: Sequence[HeaderList] | None, message_ids: Sequence[int] | None,
                origin_us: int) -> bytes:
     """The index and messages of an L send (B.5, after the metadata)."""
     has_keys = keys is not None and any(k is not None for k in keys)
     has_headers = headers is not None and any(headers)
-    if not has_keys and not has_headers:
-        body = _uniform_body(values, message_ids, origin_us)
+    every_value = all(values)  # no empty or null value: those travel as envelopes
+    if not has_keys and not has_headers and every_value:
+        body = _uniform_body(values, message_ids, origin_us)  # type: ignore[arg-type]
         if body is not None:
             return body
     index = bytearray()
@@ -151,13 +160,16 @@ def _send_body(values: Sequence[bytes], keys: Sequence[bytes | None] | None,
     pack = L_HEADER.pack
     key_field = _TLV.pack
     for i, value in enumerate(values):
-        if headers is None:  # the common keyed case, without a call per message
-            key = keys[i] if keys is not None else None
+        key = keys[i] if keys is not None else None
+        hs = headers[i] if headers is not None else None
+        if headers is None and value and (key is None or 1 <= len(key) <= _MAX_FIELD):
+            # the common keyed case, without a call per message
             hdr = b"" if key is None else _KEY_FIELD + key_field(_KIND_RAW, len(key)) + key
-            if key is not None and not 1 <= len(key) <= _MAX_FIELD:
-                raise ValueError(f"Iggy header fields are 1..255 bytes, got {len(key)}")
-        else:
-            hdr = encode_headers(keys[i] if keys is not None else None, headers[i])
+        elif value and fits_iggy(key, value, hs):
+            hdr = encode_headers(key, hs)
+        else:  # Iggy cannot carry it as itself: the whole record in bayou's envelope
+            value = encode_envelope(key, value, hs)
+            hdr = _ENVELOPE_FIELDS
         mid = message_ids[i] if message_ids is not None else 0
         parts.append(pack(0, mid & _U64_MASK, mid >> 64, 0, 0, origin_us, len(hdr), len(value), 0))
         parts.append(value)
@@ -241,9 +253,9 @@ def _walk_to_arrow(payload: bytes, pos: int, count: int, topic: str, partition: 
                    include_headers: bool) -> pa.RecordBatch:
     offsets = np.empty(count, dtype=np.int64)
     stamps = np.empty(count, dtype=np.int64)
-    values: list[bytes] = []
+    values: list[bytes | None] = []
     keys: list[bytes | None] = []
-    headers: list[list[tuple[str, bytes]]] = []
+    headers: list[list[tuple[str, bytes | None]]] = []
     unpack = L_HEADER.unpack_from
     mv = memoryview(payload)
     for i in range(count):
@@ -251,11 +263,16 @@ def _walk_to_arrow(payload: bytes, pos: int, count: int, topic: str, partition: 
         body = pos + L_HEADER_SIZE
         offsets[i] = offset
         stamps[i] = ts
-        values.append(bytes(mv[body : body + pl]))
+        value: bytes | None = bytes(mv[body : body + pl])
         if hl:
-            key, hdrs = decode_headers(payload, body + pl, body + pl + hl)
+            if hl == len(_ENVELOPE_FIELDS) and mv[body + pl : body + pl + hl] == _ENVELOPE_FIELDS:
+                key, value, inner = decode_envelope(value or b"")
+                hdrs = list(inner)
+            else:
+                key, hdrs = decode_headers(payload, body + pl, body + pl + hl)
         else:
             key, hdrs = None, []
+        values.append(value)
         keys.append(key)
         headers.append(hdrs)
         pos = body + pl + hl

@@ -26,14 +26,27 @@ record key, so a V1, Cursus or TANK consumer sees the key an Iggy producer set) 
 ``iggy.h.<key>`` for a UTF-8 string key, ``iggy.hk.<key kind>.<key hex>`` otherwise, the value
 being one byte of value kind then the value bytes. Only the first ``bayou.key`` header is the key;
 the frame keeps it, so an Iggy consumer served the stored bytes gets it back unchanged.
+
+The record envelope. Iggy cannot carry every Kafka record: a payload is never empty, and each user
+header field (so the ``bayou.key`` key header too) is 1..255 bytes. A record outside those limits (a
+key of 0 or more than 255 bytes, an empty or null value, a header with an empty, null or long value
+or name) travels as one Iggy message whose only user header is ``bayou.record`` (string key, RAW
+value ``\x01``, the envelope version) and whose payload is the record itself (``encode_envelope``):
+key, value (zig-zag varint length, -1 for null, then the bytes), a varint header count, then per
+header a varint name length and UTF-8 name and the value as the key and value are. The SDK writes
+and reads it; ``decode_frames`` opens it, so every other protocol sees the record itself, its
+headers named as an Iggy producer's are (``iggy.h.<name>``, RAW kind byte, value), and a null value
+or header value as empty bytes (the stored record model has no null there).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 from bayou.errors import CorruptRecord
 from bayou.records.model import Record
+from bayou.records.varint import decode_uvarint, decode_varint, encode_uvarint, encode_varint
 
 FORMAT_IGGY = 2
 
@@ -53,6 +66,77 @@ KIND_RAW = 1
 KEY_HEADER = b"bayou.key"  # a string-keyed RAW user header: the record key (see the docstring)
 
 Buffer = bytes | bytearray | memoryview
+
+ENVELOPE_HEADER = b"bayou.record"  # a string-keyed RAW user header: the payload is a whole record
+ENVELOPE_VERSION = b"\x01"
+MAX_FIELD = 255  # bytes in one Iggy user header key or value
+EnvelopeHeaders = tuple[tuple[str, bytes | None], ...]
+
+
+def fits_iggy(key: bytes | None, value: bytes | None,
+              headers: Sequence[tuple[str, bytes | None]] | None = ()) -> bool:
+    """Whether Iggy carries the record as itself (payload, ``bayou.key`` header, one string-keyed
+    RAW header per record header); otherwise it travels as an envelope."""
+    if not value or (key is not None and not 1 <= len(key) <= MAX_FIELD):
+        return False
+    for name, hv in headers or ():
+        if hv is None or not 1 <= len(hv) <= MAX_FIELD or not 1 <= len(name.encode("utf-8")) <= MAX_FIELD:
+            return False
+    return True
+
+
+def _put(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        encode_varint(-1, out)
+    else:
+        encode_varint(len(data), out)
+        out += data
+
+
+def _get(buf: Buffer, pos: int) -> tuple[bytes | None, int]:
+    n, pos = decode_varint(buf, pos)
+    if n == -1:
+        return None, pos
+    if n < 0 or pos + n > len(buf):
+        raise CorruptRecord("bayou record envelope field past its end")
+    return bytes(buf[pos : pos + n]), pos + n
+
+
+def encode_envelope(key: bytes | None, value: bytes | None,
+                    headers: Sequence[tuple[str, bytes | None]] | None = ()) -> bytes:
+    """The payload of an enveloped record (module docstring)."""
+    out = bytearray()
+    _put(out, key)
+    _put(out, value)
+    hs = headers or ()
+    encode_uvarint(len(hs), out)
+    for name, hv in hs:
+        raw = name.encode("utf-8")
+        encode_uvarint(len(raw), out)
+        out += raw
+        _put(out, hv)
+    return bytes(out)
+
+
+def decode_envelope(buf: Buffer) -> tuple[bytes | None, bytes | None, EnvelopeHeaders]:
+    """(key, value, headers) of an envelope payload; CorruptRecord if it is not one."""
+    key, pos = _get(buf, 0)
+    value, pos = _get(buf, pos)
+    count, pos = decode_uvarint(buf, pos)
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        n, pos = decode_uvarint(buf, pos)
+        if pos + n > len(buf):
+            raise CorruptRecord("bayou record envelope header name past its end")
+        try:
+            name = bytes(buf[pos : pos + n]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptRecord("bayou record envelope header name is not UTF-8") from None
+        hv, pos = _get(buf, pos + n)
+        headers.append((name, hv))
+    if pos != len(buf):
+        raise CorruptRecord("bytes after a bayou record envelope")
+    return key, value, tuple(headers)
 
 
 MAX_STRIDE = (1 << 21) - 1
@@ -135,6 +219,11 @@ def split_user_headers(buf: Buffer, pos: int, end: int, *, take_key: bool = Fals
     return record_key, out
 
 
+ENVELOPE_NAME = STRING_KEY_PREFIX + ENVELOPE_HEADER.decode()  # the envelope header, as a record header
+_RAW_KIND = bytes((KIND_RAW,))
+ENVELOPE_RECORD_VALUE = _RAW_KIND + ENVELOPE_VERSION
+
+
 def header_name(key_kind: int, key: bytes) -> str:
     if key_kind == KIND_STRING:
         try:
@@ -158,6 +247,10 @@ def decode_frames(data: Buffer, start: int, end: int, count: int, *, base_offset
         key: bytes | None = None
         if hlen:
             key, user = split_user_headers(data, body + plen, body + plen + hlen, take_key=True)
+            if user == [(ENVELOPE_NAME, ENVELOPE_RECORD_VALUE)] and key is None:
+                key, value, inner = decode_envelope(payload)
+                payload = value or b""
+                user = [(STRING_KEY_PREFIX + name, _RAW_KIND + (hv or b"")) for name, hv in inner]
             headers.extend(user)
         msg_id = lo | (hi << 64)
         out.append(Record(value=payload, key=key, timestamp=append_ms, headers=tuple(headers),

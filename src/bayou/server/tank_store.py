@@ -163,7 +163,9 @@ async def read_chunk(broker: Broker, topic: str, partition: int, seq: int, fetch
                 chunk.base_seq = h.base_offset + 1
             raw = os.pread(span.fd, h.size, pos)
             records = decode_records(raw)
-            msgs = [TankMessage(r.offset + 1, r.timestamp, r.key, r.value) for r in records]
+            # TANK's key is a str8: a longer key (V1, Cursus, the SDK) is cut at 255 bytes
+            msgs = [TankMessage(r.offset + 1, r.timestamp, r.key[:255] if r.key else r.key, r.value)
+                    for r in records]
             dense = all(m.seq == h.base_offset + 1 + j for j, m in enumerate(msgs))
             if not dense and i == 0:
                 chunk.sparse_first = True

@@ -123,9 +123,9 @@ class _Group:
     partition: int
     producer: int
     sent: int = 0  # sequence of the last record handed to a send
-    values: list[bytes] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
     keys: list[bytes | None] = field(default_factory=list)
-    headers: list[list[tuple[str, bytes]]] = field(default_factory=list)
+    headers: list[list[tuple[str, bytes | None]]] = field(default_factory=list)
 
 
 class SinkTask:
@@ -169,7 +169,7 @@ class SinkTask:
             return
         plan = self.plan
         cols = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
-        values = _binary_list(cols["value"])
+        values = _binary_list(cols["value"])  # a null value stays null (Kafka's tombstone)
         key_col = cols["key"] if plan.has_key else None
         # a key column of nulls only (e.g. a source's key that was never set) is no key at all
         keys = _binary_list(key_col, null=None) if key_col is not None and key_col.null_count < n else None
@@ -232,9 +232,10 @@ class SinkTask:
         return BayouCommitMessage(self.records, len(self.groups))
 
 
-def _binary_list(col: pa.Array, null: bytes | None = b"") -> list[Any]:
-    """A binary or string column as bytes; a null value becomes ``null`` (b"" for values: an
-    Iggy message has no null payload)."""
+def _binary_list(col: pa.Array, null: bytes | None = None) -> list[Any]:
+    """A binary or string column as bytes; a null value becomes ``null``. Keys, values and header
+    values Iggy cannot carry itself (null, empty, over 255 bytes) travel in bayou's record envelope
+    (``bayou.client.wire``), so they come back exactly."""
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
         col = col.cast(pa.binary())
     if col.null_count and null is not None:
@@ -243,15 +244,15 @@ def _binary_list(col: pa.Array, null: bytes | None = b"") -> list[Any]:
     return values
 
 
-def _headers_list(col: pa.Array) -> list[list[tuple[str, bytes]]]:
-    out: list[list[tuple[str, bytes]]] = []
+def _headers_list(col: pa.Array) -> list[list[tuple[str, bytes | None]]]:
+    out: list[list[tuple[str, bytes | None]]] = []
     for row in col.to_pylist():
-        hdrs: list[tuple[str, bytes]] = []
+        hdrs: list[tuple[str, bytes | None]] = []
         for h in row or ():
             value = h["value"]
             if isinstance(value, str):
                 value = value.encode()
-            hdrs.append((h["key"], value if value is not None else b""))
+            hdrs.append((h["key"], value))  # a null header value stays null
         out.append(hdrs)
     return out
 

@@ -21,6 +21,7 @@ from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.batches import decode_legacy_send, encode_legacy_polled
 from bayou.protocols.iggy.codes import Command
 from bayou.protocols.iggy.framing import Dialect
+from bayou.records.iggy import decode_envelope
 
 STREAM, TOPIC = m.Identifier("default"), m.Identifier("t")
 
@@ -47,11 +48,13 @@ def test_keyed_send_carries_the_key_as_a_header() -> None:
     keys = [b"k1", None, b"k3"]
     headers = [[("h", b"v")], [], []]
     req = decode_legacy_send(_payload(send_frame(STREAM, TOPIC, 0, values, keys, headers)))
-    assert [msg.payload for msg in req.messages] == values
+    assert [msg.payload for msg in req.messages[:2]] == values[:2]
     first = req.messages[0].headers
     assert [(h.name, h.value) for h in first] == [(KEY_HEADER, b"k1"), ("h", b"v")]
     assert req.messages[1].headers == ()
-    assert [(h.name, h.value) for h in req.messages[2].headers] == [(KEY_HEADER, b"k3")]
+    # an empty value is not an Iggy message: the record travels as bayou's envelope
+    assert [(h.name, h.value) for h in req.messages[2].headers] == [("bayou.record", b"\x01")]
+    assert decode_envelope(req.messages[2].payload) == (b"k3", b"", ())
 
 
 def test_header_fields_over_255_bytes_are_refused() -> None:

@@ -17,9 +17,13 @@ becomes the first user header, ``bayou.key`` (string key, RAW value), so an Iggy
 key a V1, Cursus or TANK producer (or an Iggy messages-key send) gave the record; no other
 ``bayou.key`` header is served then, so the key is never there twice. The ``iggy.*`` headers above
 are turned back into the user headers and origin timestamp; headers a record got from another
-protocol become string-keyed RAW headers when name and value are 1..255 bytes and are left out
-otherwise. (Messages sent through Iggy without a messages key are stored as frames and served as
-stored, their ``bayou.key`` header where the producer put it: they never pass through here.)
+protocol become string-keyed RAW headers. A record Iggy cannot carry as itself (a key over 255
+bytes, a header name or value of 0 or over 255 bytes) is served as bayou's record envelope
+(``bayou.records.iggy``: the one user header ``bayou.record``, the record as the payload), which
+the SDK opens; an empty key is served as no key (V1, Cursus and TANK have no null key: a keyless
+produce there stores an empty one). (Messages sent through Iggy without a messages key are stored
+as frames and served as stored, their ``bayou.key`` header where the producer put it: they never
+pass through here.)
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from bayou.protocols.iggy.messages import (
     SendMessages,
     UserHeader,
 )
+from bayou.records.iggy import ENVELOPE_HEADER, ENVELOPE_VERSION, decode_envelope, encode_envelope
 from bayou.records.model import Headers as RecordHeaders
 from bayou.records.model import Record
 
@@ -83,6 +88,14 @@ def is_key_header(h: UserHeader) -> bool:
     return h.key == KEY_HEADER and h.key_kind == HeaderKind.STRING and h.value_kind == HeaderKind.RAW
 
 
+ENVELOPE = UserHeader(ENVELOPE_HEADER, ENVELOPE_VERSION, HeaderKind.STRING, HeaderKind.RAW)
+
+
+def is_envelope(headers: tuple[UserHeader, ...]) -> bool:
+    """Whether a message with these user headers carries bayou's record envelope."""
+    return len(headers) == 1 and headers[0] == ENVELOPE
+
+
 def key_header(key: bytes) -> UserHeader | None:
     """The ``bayou.key`` user header for a record key; None when Iggy cannot carry it (1..255 bytes)."""
     if not 1 <= len(key) <= _MAX_FIELD:
@@ -92,8 +105,14 @@ def key_header(key: bytes) -> UserHeader | None:
 
 def message_to_record(message: Message, key: bytes | None = None) -> Record:
     """The record for one message; its first ``bayou.key`` header, if any, is the key instead of
-    ``key`` (the send's messages key)."""
+    ``key`` (the send's messages key); an envelope (``is_envelope``) is the record it holds."""
     user = message.headers
+    if is_envelope(user):
+        env_key, value, inner = decode_envelope(message.payload)
+        return Record(value=value or b"", key=env_key, timestamp=message.origin_timestamp // 1000,
+                      headers=((ORIGIN_TIMESTAMP, _U64.pack(message.origin_timestamp)),
+                               *((name, hv or b"") for name, hv in inner)),
+                      message_id=message.id or None)
     for i, h in enumerate(user):
         if is_key_header(h):
             key = h.value
@@ -118,7 +137,8 @@ def record_to_polled(record: Record, *, timestamp: int, offset: int | None = Non
     microseconds (Iggy reports one per batch); ``offset`` defaults to ``record.offset``."""
     origin = record.timestamp * 1000
     headers: list[UserHeader] = []
-    kh = None if record.key is None else key_header(record.key)
+    kh = None if not record.key else key_header(record.key)
+    fits = kh is not None or not record.key
     if kh is not None:
         headers.append(kh)
     for name, value in record.headers:
@@ -127,9 +147,16 @@ def record_to_polled(record: Record, *, timestamp: int, offset: int | None = Non
                 origin = _U64.unpack(value)[0]
             continue
         h = header_from_record(name, value)
+        if h is None and not name.startswith(PREFIX):
+            fits = False  # a header of another protocol that Iggy cannot carry
         if h is not None and not (kh is not None and h.key == KEY_HEADER and h.key_kind == HeaderKind.STRING):
             headers.append(h)
+    payload = record.value
+    if not fits:  # the whole record, exactly, in bayou's envelope
+        payload = encode_envelope(record.key, record.value,
+                                  [(n, v) for n, v in record.headers if not n.startswith(PREFIX)])
+        headers = [ENVELOPE]
     return PolledMessage(offset=record.offset if offset is None else offset, timestamp=timestamp,
-                         origin_timestamp=origin, id=record.message_id or 0, payload=record.value,
+                         origin_timestamp=origin, id=record.message_id or 0, payload=payload,
                          headers=tuple(headers))
 
