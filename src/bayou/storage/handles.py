@@ -29,7 +29,6 @@ import resource
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger("bayou.storage")
@@ -79,15 +78,17 @@ class CachedFile:
     def is_open(self) -> bool:
         return self._fd >= 0
 
-    @contextlib.contextmanager
-    def use(self) -> Iterator[int]:
-        """The open descriptor, pinned for the block. Raises ValueError once discarded and
-        OSError when the file cannot be opened."""
-        fd = self._cache._pin(self)
-        try:
-            yield fd
-        finally:
-            self._cache._unpin(self)
+    def use(self) -> CachedFile:
+        """``with file.use() as fd``: the open descriptor, pinned for the block. Raises ValueError
+        once discarded and OSError when the file cannot be opened. (The pin count lives in the
+        file, so any number of threads may use it at once.)"""
+        return self
+
+    def __enter__(self) -> int:
+        return self._cache._pin(self)
+
+    def __exit__(self, *_exc: object) -> None:
+        self._cache._unpin(self)
 
     def lease(self, seconds: float) -> int:
         """The open descriptor, kept valid (not closed, not reused) for ``seconds``."""
@@ -134,6 +135,11 @@ class HandleCache:
 
     def _pin(self, f: CachedFile) -> int:
         with self._lock:
+            fd = f._fd
+            if fd >= 0:  # the hot path: already open
+                f._pins += 1
+                self._open.move_to_end(f)
+                return fd
             fd = self._open_fd(f)
             f._pins += 1
             self._evict()
@@ -142,9 +148,12 @@ class HandleCache:
     def _unpin(self, f: CachedFile) -> None:
         with self._lock:
             f._pins -= 1
-            if f._pins == 0 and f.discarded and f._fd >= 0 and f._lease_until <= time.monotonic():
-                self._really_close(f)
-            elif f._pins == 0 and len(self._open) > self.capacity:
+            if f._pins:
+                return
+            if f.discarded:
+                if f._fd >= 0 and f._lease_until <= time.monotonic():
+                    self._really_close(f)
+            elif len(self._open) > self.capacity:
                 self._evict()
 
     def _lease(self, f: CachedFile, seconds: float) -> int:
