@@ -32,6 +32,7 @@ TEMPLATES = [
     "REPLICA_FETCH|{t} {n} {n} {n}",
     "SET_PARTITION_ROLE|{t} {n} leader",
     "ADMIN_CREATE_TOPIC|prop {n} {n}",  # exists: nothing is created whatever the counts
+    "ADMIN_CREATE_TOPIC|made1 {n} {n}", "ADMIN_CREATE_TOPIC|made2 {n} 1",  # past max_partitions: refused
     "ADMIN_REGISTER_BROKER|{n} 127.0.0.1 {n} {n}",
     "ADMIN_BROKER_HEARTBEAT|{n}",
     "ADMIN_SET_PARTITION_LEADER|{t} {n} {n} {n},{n}",

@@ -10,7 +10,7 @@ import socket
 import struct
 import time
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from bayou.protocols.tank import codec
@@ -71,7 +71,7 @@ peers = st.builds(m.ConsumePeer, uint(16), st.lists(st.builds(m.ConsumeTopic, na
                                                     min_size=1, max_size=2).map(tuple), uint(64), uint(32))
 admin = (st.builds(m.DiscoverPartitions, uint(32), names, st.lists(uint(16), max_size=3).map(tuple))
          | st.builds(m.CreateTopic, uint(32), st.just(TOPIC), uint(16))  # exists: nothing is created
-         | st.builds(m.CreateTopic, uint(32), st.sampled_from(["made1", "made2"]), st.integers(0, 3))
+         | st.builds(m.CreateTopic, uint(32), st.sampled_from(["made1", "made2"]), uint(16))
          | st.builds(m.ReloadConf, uint(32), names, uint(16))
          | st.builds(m.Status, uint(32)) | st.builds(m.DiscoverTopics, uint(32))
          | st.builds(m.DiscoverTopology, uint(32)))
@@ -106,6 +106,11 @@ def setup(live: LiveBroker) -> None:
 
 @SETTINGS
 @given(req=requests)
+@example(req=m.Produce(1, (m.ProduceTopic(TOPIC, (m.ProduceEntry(1, encode_bundle(
+    [TankMessage(1 << 63, 0, None, b"x")], sparse=True), 1 << 63),)),), with_seqnum=True))  # poisoned the log
+@example(req=m.Produce(1, (m.ProduceTopic(TOPIC, (m.ProduceEntry(1, encode_bundle(
+    [TankMessage(1, 0, None, b"x"), TankMessage(1 << 32, 0, None, b"y")], sparse=True)),)),)))  # int32 delta
+@example(req=m.Consume(1, (m.ConsumeTopic(TOPIC, (m.ConsumePartition(0xFFFF, 0, 100),)),)))  # ValueError
 def test_any_integer_in_any_field(live_broker: LiveBroker, req: m.Request) -> None:
     setup(live_broker)
     try:

@@ -70,7 +70,7 @@ from bayou.protocols.iggy.codes import (
     status_for,
 )
 from bayou.protocols.iggy.compressed import expand as expand_compressed
-from bayou.protocols.iggy.convert import record_to_polled, send_to_records
+from bayou.protocols.iggy.convert import micros, record_to_polled, send_to_records
 from bayou.protocols.iggy.framing import (
     Dialect,
     IggyError,
@@ -124,6 +124,7 @@ from bayou.server.login_guard import LoginGuard, client_ip
 from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.iggy")
+MAX_ORIGIN_BASE = (1 << 63) - 1  # a send's origin timestamp (us) is kept in an int64 batch field
 
 # Cluster mode: the Iggy catalog (streams, topics, consumer groups) and users are JSON documents in
 # ZooKeeper that every broker serves; the commands that change them run under a cluster lock.
@@ -1067,6 +1068,8 @@ class IggyService:
     async def _append_frames(self, s: Session, stream: StreamEntry, topic: TopicEntry, partition: int,
                              frames: bytes, count: int, origin_base: int, stride: int) -> int:
         self._permit(s, "send", stream.id, topic.id)
+        if origin_base > MAX_ORIGIN_BASE:  # stored as the batch's int64 producer id
+            raise IggyError(Status.INVALID_FORMAT, f"origin timestamp {origin_base} past 2^63-1 microseconds")
         if self.broker.deduplicating(topic.topic):
             return await self._append_unique_frames(topic, partition, frames, count, origin_base, stride)
         ms, sub = split_append_time(now_us(), stride)
@@ -1364,9 +1367,9 @@ class IggyService:
                     taken += i1 - i0
                     last = hi - 1
                 else:
-                    polled = [record_to_polled(rec, timestamp=rec.timestamp * 1000)
+                    polled = [record_to_polled(rec, timestamp=micros(rec.timestamp))
                               for rec in decode_records(data, pos)
-                              if lo <= rec.offset < hi and rec.timestamp * 1000 >= not_before_us]
+                              if lo <= rec.offset < hi and micros(rec.timestamp) >= not_before_us]
                     if polled:
                         if dialect is Dialect.SEED:
                             parts.extend(polled)

@@ -48,6 +48,7 @@ TYPED_KEY_PREFIX = "iggy.hk."
 ORIGIN_TIMESTAMP = "iggy.origin_ts"
 KEY_HEADER = b"bayou.key"
 _U64 = struct.Struct("<Q")
+U64_MAX = (1 << 64) - 1
 _MAX_FIELD = 255
 
 
@@ -132,10 +133,17 @@ def send_to_records(send: SendMessages) -> list[Record]:
     return [message_to_record(msg, key) for msg in send.messages]
 
 
+def micros(ms: int) -> int:
+    """A record timestamp (ms) as Iggy's u64 microseconds: a TANK message may carry any u64 of
+    milliseconds, past what a u64 of microseconds holds; such a time saturates (and one below 0
+    reads as 0) rather than making the message unreadable to Iggy clients."""
+    return min(max(ms, 0) * 1000, U64_MAX)
+
+
 def record_to_polled(record: Record, *, timestamp: int, offset: int | None = None) -> PolledMessage:
     """A stored record as a polled Iggy message. ``timestamp`` is the server append time in
     microseconds (Iggy reports one per batch); ``offset`` defaults to ``record.offset``."""
-    origin = record.timestamp * 1000
+    origin = micros(record.timestamp)
     headers: list[UserHeader] = []
     kh = None if not record.key else key_header(record.key)
     fits = kh is not None or not record.key
