@@ -119,6 +119,7 @@ from bayou.server.iggy_users import (
     UserStoreError,
     allowed,
     check_root_credentials,
+    hash_token,
 )
 from bayou.server.login_guard import LoginGuard, client_ip
 from bayou.storage import validate_topic_name
@@ -184,6 +185,7 @@ class Session:
     close_after_reply: bool = False
     conn: Connection | None = None
     login_failures: int = 0
+    token_hash: str | None = None  # the personal access token it logged in with, if any
 
     @property
     def member(self) -> str:
@@ -478,7 +480,19 @@ class IggyService:
                 and s.dialect in (None, Dialect.SEED))
 
     def _require_login(self, s: Session, command: Command) -> None:
-        if s.user is not None or command in PUBLIC or self._anonymous(s):
+        if s.user is not None:  # permissions are the user's as they are now, not at login
+            current = self.users.current(s.user.id, s.token_hash)
+            if current is None:  # deleted, deactivated, or its token deleted: the session ends
+                log.warning("iggy session ended: its user or token was revoked",
+                            extra={"peer": s.address, "user": s.user.username})
+                s.user = None
+                s.close_after_reply = True
+                raise IggyError(Status.UNAUTHENTICATED, "the user or token was revoked",
+                                eviction=EvictionReason.INVALID_CREDENTIALS if s.dialect is Dialect.VSR
+                                else None)
+            s.user = current
+            return
+        if command in PUBLIC or self._anonymous(s):
             return
         raise IggyError(Status.UNAUTHENTICATED, f"{command.name} needs a login")
 
@@ -723,6 +737,7 @@ class IggyService:
         try:
             s.user = await self._guarded_login(s, req.username, self.users.authenticate, req.username,
                                                req.password)
+            s.token_hash = None
         except AuthFailure as exc:
             raise IggyError(Status(exc.iggy_status), "login refused") from None
         log.info("iggy login", extra={"client": s.client_id, "user": s.user.username})
@@ -734,6 +749,7 @@ class IggyService:
         try:
             s.user = await self._guarded_login(s, "(personal access token)", self.users.authenticate_token,
                                                req.token)
+            s.token_hash = hash_token(req.token)
         except AuthFailure as exc:
             raise IggyError(Status(exc.iggy_status), "token refused") from None
         return m.LoginReply(s.user.id)
@@ -747,9 +763,11 @@ class IggyService:
             if isinstance(req, m.LoginRegister):
                 user = await self._guarded_login(s, req.username, self.users.authenticate, req.username,
                                                  req.password)
+                s.token_hash = None
             else:
                 user = await self._guarded_login(s, "(personal access token)", self.users.authenticate_token,
                                                  req.token)
+                s.token_hash = hash_token(req.token)
         except AuthFailure as exc:
             reason = {Status.USER_INACTIVE: EvictionReason.USER_INACTIVE,
                       Status.INVALID_PERSONAL_ACCESS_TOKEN: EvictionReason.INVALID_TOKEN,

@@ -303,6 +303,20 @@ class UserStore:
             raise AuthFailure("inactive")
         return record.user
 
+    def current(self, user_id: int, token_hash: str | None = None) -> User | None:
+        """The user a session logged in as, as it is now (permissions included): None once it
+        was deleted or deactivated, or when the personal access token it logged in with
+        (``token_hash``) was deleted or has expired. Dictionary look-ups only: asked per request."""
+        record = self._records.get(user_id)
+        if record is None or not record.user.active:
+            return None
+        if token_hash is not None:
+            owner, name = self._by_token.get(token_hash, (-1, ""))
+            pat = next((t for t in record.tokens if t.name == name), None) if owner == user_id else None
+            if pat is None or _expired(pat, self.clock()):
+                return None
+        return record.user
+
     # -- user administration -------------------------------------------------------------------
 
     def create_user(self, username: str, password: str, *, active: bool = True,
