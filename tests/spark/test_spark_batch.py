@@ -174,3 +174,24 @@ def test_batch_write(spark: Any, broker: Broker) -> None:
     with pytest.raises(Exception, match="'value'"):
         spark.createDataFrame([("v",)], ["body"]).write.format("bayou") \
             .options(**broker.options(topic=t2)).mode("append").save()
+
+
+def test_save_modes_other_than_append_say_what_to_do(spark: Any, broker: Broker) -> None:
+    """Spark itself rejects a plain .save() (ErrorIfExists) and Ignore for every Python data
+    source, naming Append and Overwrite; Overwrite reaches bayou, whose error names the fix."""
+    t = broker.topic(1)
+    df = spark.createDataFrame([("v",)], ["value"])
+
+    def writer() -> Any:
+        return df.write.format("bayou").options(**broker.options(topic=t))
+
+    with pytest.raises(Exception, match=r"UNSUPPORTED_DATA_SOURCE_SAVE_MODE.*ErrorIfExists"):
+        writer().save()
+    with pytest.raises(Exception, match=r"UNSUPPORTED_DATA_SOURCE_SAVE_MODE.*Ignore"):
+        writer().mode("ignore").save()
+    fix = re.escape("bayou option 'mode'") + ".*" + re.escape('.mode("append")')
+    with pytest.raises(Exception, match=fix):
+        writer().mode("overwrite").save()
+    assert broker.values(t) == []
+    writer().mode("append").save()
+    assert broker.values(t) == [b"v"]

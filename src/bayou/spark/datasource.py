@@ -39,5 +39,12 @@ class BayouDataSource(DataSource):
 
 
 def _append_only(overwrite: bool) -> None:
+    """Spark lets a Python data source see only Append and Overwrite (it rejects the default
+    ErrorIfExists, and Ignore, itself with UNSUPPORTED_DATA_SOURCE_SAVE_MODE, naming both): the
+    error for Overwrite is where a user learns the one mode that works."""
     if overwrite:
-        raise BayouOptionError("mode", "a bayou topic is an append-only log: write with mode append")
+        raise BayouOptionError(
+            "mode", 'a bayou topic is an append-only log, it cannot be overwritten: write with '
+            '.mode("append") (df.write.format("bayou").mode("append")...save(); a plain .save() '
+            "means ErrorIfExists, which Spark does not allow for Python data sources); streams "
+            'use outputMode("append") or "update"')
