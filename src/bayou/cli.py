@@ -161,9 +161,16 @@ def topic_describe(name: str, bootstrap: str) -> None:
     starts, ends, hws = int_list(d["log_start"]), int_list(d["log_end"]), int_list(d["hw"])
     sizes = int_list(d["size_bytes"])
     roles = d["roles"][1:-1].split()
-    click.echo(f"{'partition':>9} {'role':>8} {'log start':>10} {'log end':>10} {'hw':>10} {'bytes':>12}")
+    status = d["status"][1:-1].split() or ["ok"] * len(roles)
+    click.echo(f"{'partition':>9} {'role':>8} {'log start':>10} {'log end':>10} {'hw':>10} {'bytes':>12}"
+               f" {'status':>8}")
     for i, (s, e, h, b) in enumerate(zip(starts, ends, hws, sizes, strict=True)):
-        click.echo(f"{i:>9} {roles[i]:>8} {s:>10} {e:>10} {h:>10} {b:>12}")
+        state, _sep, reason = status[i].partition(":")
+        click.echo(f"{i:>9} {roles[i]:>8} {s:>10} {e:>10} {h:>10} {b:>12} {state:>8}")
+        if reason:
+            from urllib.parse import unquote
+
+            click.echo(f"          offline: {unquote(reason)}")
 
 
 @topic.command("delete")
@@ -303,3 +310,33 @@ def group_describe(group_name: str, topic_name: str, iggy_bootstrap: str, user: 
         lag = p.latest - max(c_off if c_off is not None else p.earliest, p.earliest)
         click.echo(f"{p.partition:>9} {owner.get(p.partition, '-')!s:>8} "
                    f"{'-' if c_off is None else c_off!s:>10} {p.latest:>10} {lag:>10}")
+
+
+@main.command()
+@click.option("--data-dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The data directory of a stopped broker.")
+@click.option("--repair", is_flag=True,
+              help="Cut each damaged segment at its first bad batch and rebuild its indexes, as "
+                   "crash recovery does (the records from there to the next segment are lost).")
+def verify(data_dir: Path, repair: bool) -> None:
+    """Check every segment and index of a stopped broker's data directory.
+
+    \b
+    Reports each damaged file with the position of its first bad batch. Exit code (as fsck):
+      0  no damage
+      1  damage found and all of it repaired (--repair)
+      4  damage left: found without --repair, or not repairable
+      8  the check could not run (not a data directory, broker running)
+    """
+    from bayou.storage.verify import EXIT_ERROR, verify_data_dir
+
+    try:
+        report = verify_data_dir(data_dir, repair=repair)
+    except (BayouError, OSError) as exc:
+        click.echo(f"bayou verify: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    for finding in report.findings:
+        for line in finding.lines(report.root):
+            click.echo(line)
+    click.echo(report.summary())
+    sys.exit(report.exit_code)

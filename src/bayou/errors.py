@@ -217,6 +217,18 @@ class StorageError(BayouError):
 
 
 @_register
+class CorruptStorage(StorageError):
+    """Stored data failed its check on read (batch CRC, length, offsets): the partition is
+    quarantined, offline from the damaged batch on, until the damaged segment is repaired
+    (``bayou verify --repair``) or removed (retention, delete-records). Not retriable: reading
+    again returns the same bytes."""
+
+    code = "CORRUPT_STORAGE"
+    retriable = False
+    default_message = "stored data is damaged"
+
+
+@_register
 class BrokerShuttingDown(BayouError):
     code = "BROKER_SHUTTING_DOWN"
     retriable = True

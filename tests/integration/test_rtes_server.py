@@ -677,6 +677,7 @@ async def test_admin_describe_and_delete_topic(server: BayouServer, conn: LineCo
     reply = await conn.ask("V1|2|ADMIN_DESCRIBE_TOPIC|logs")
     m = re.fullmatch(r"V1\|2\|OK\|topic=logs partitions=2 replication_factor=1 log_start=\[0 0\] "
                      r"log_end=\[0 3\] hw=\[-1 2\] size_bytes=\[0 (\d+)\] roles=\[leader leader\] "
+                     r"status=\[ok ok\] "
                      r"config=retention.ms=3600000", reply)
     assert m and int(m[1]) > 0, reply
     assert await conn.ask("V1|3|ADMIN_DESCRIBE_TOPIC|nosuch") == \

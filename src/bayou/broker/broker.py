@@ -53,6 +53,7 @@ from bayou.storage import (
 from bayou.storage.config import TOPIC_CONFIG_KEYS
 from bayou.storage.handles import default_capacity, raise_fd_limit
 from bayou.storage.log import AppendInfo
+from bayou.storage.scrub import Scrubber
 
 if TYPE_CHECKING:
     from bayou.broker.cluster.node import ClusterNode
@@ -142,6 +143,7 @@ class PartitionInfo:
     high_watermark: int
     size_bytes: int
     segments: int
+    offline: str | None = None  # why the partition is quarantined (damaged data), if it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +186,8 @@ class Broker:
         self._offset_stamps: dict[tuple[str, str, int], int] = {}
         self.closing = False
         self.started = False
+        self._scrubber: Scrubber | None = None
+        self._scrub_pool: ThreadPoolExecutor | None = None
         # Cluster mode (broker/cluster/node.py sets it): topics are created and deleted through
         # ZooKeeper, and partitions follow the leaders the cluster elects.
         self.cluster: ClusterNode | None = None
@@ -212,7 +216,24 @@ class Broker:
                                               self.config.group_expiry_check_ms / 1000),
                              name="group-expiry"),
         ]
+        if self.config.scrub_interval_ms > 0:
+            # Its own thread: a throttled pass takes long and must not hold a worker of the I/O pool.
+            self._scrubber = Scrubber(self._partition_logs, self.config.scrub_bytes_per_second)
+            self._scrub_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bayou-scrub")
+            self._tasks.append(loop.create_task(
+                self._background("scrub", self._scrub_pass, self.config.scrub_interval_ms / 1000),
+                name="scrub"))
         self.started = True
+
+    def _partition_logs(self) -> list[tuple[str, PartitionLog]]:
+        return [(f"{name}/{p.index}", p.log) for name, t in list(self.topics.items())
+                for p in list(t.partitions)]
+
+    async def _scrub_pass(self) -> None:
+        """One scrub pass (storage/scrub.py) in the scrub's own thread, every ``scrub_interval_ms``
+        through ``_background`` (a failed pass is logged and retried)."""
+        assert self._scrubber is not None and self._scrub_pool is not None
+        await asyncio.get_running_loop().run_in_executor(self._scrub_pool, self._scrubber.run_pass)
 
     def _open_storage(self) -> None:
         clean = self.store.open()
@@ -247,9 +268,13 @@ class Broker:
             return
         self.closing = True
         self.started = False
+        if self._scrubber is not None:
+            self._scrubber.stop()  # a pass in progress ends within one read
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._scrub_pool is not None:
+            await asyncio.to_thread(self._scrub_pool.shutdown, True)
         for topic in self.topics.values():
             for part in topic.partitions:
                 part.notify()
@@ -430,7 +455,7 @@ class Broker:
         t = self.topic(name)
         parts = tuple(
             PartitionInfo(p.index, p.role, p.log.log_start_offset, p.log.next_offset, p.high_watermark,
-                          p.log.size_bytes, len(p.log.segments))
+                          p.log.size_bytes, len(p.log.segments), p.log.offline_reason)
             for p in t.partitions
         )
         return TopicInfo(name, parts, dict(t.meta.config))

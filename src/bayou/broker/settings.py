@@ -34,6 +34,10 @@ class BrokerConfig:
     # Background tasks that fail wait this long before the next attempt, doubling up to the max.
     background_retry_ms: int = 100
     background_retry_max_ms: int = 5_000
+    # The scrub (storage/scrub.py): a pass over every stored batch every this often (0: off), its
+    # reads held to this rate, as Kafka's log cleaner thread is throttled.
+    scrub_interval_ms: int = 3_600_000
+    scrub_bytes_per_second: int = 8 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.default_partitions < 1:
@@ -46,5 +50,7 @@ class BrokerConfig:
             raise InvalidConfig("timeouts must be positive")
         if self.max_partitions < 1:
             raise InvalidConfig("max_partitions must be >= 1")
+        if self.scrub_interval_ms < 0 or self.scrub_bytes_per_second <= 0:
+            raise InvalidConfig("scrub_interval_ms must be >= 0 (0: off), scrub_bytes_per_second > 0")
         if not 0 < self.background_retry_ms <= self.background_retry_max_ms:
             raise InvalidConfig("background retry delays must be positive, the first <= the max")

@@ -142,6 +142,9 @@ class RtesClient:
                      "size_bytes", "roles"):
             out[name] = _bracketed(rest, name)
         out["config"] = p.split(" config=", 1)[1] if " config=" in p else ""
+        head = p.split(" config=", 1)[0]
+        # ok / offline:<percent-escaped reason> per partition (absent from older brokers)
+        out["status"] = _bracketed(head, "status") if " status=" in head else ""
         return out
 
     def delete_topic(self, topic: str) -> None:

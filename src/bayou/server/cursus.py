@@ -22,6 +22,7 @@ from bayou.broker.groups.coordinator import CURSUS_POLICY
 from bayou.broker.producers import ProducerEntry
 from bayou.errors import (
     BayouError,
+    CorruptStorage,
     GroupNotFound,
     GroupTopicMismatch,
     IllegalGeneration,
@@ -162,6 +163,8 @@ class CursusService:
             addr = exc.leader_address("cursus")
             code = replies.ErrorCode.NOT_LEADER
             return replies.error(code if addr is None else f"{code} LEADER_IS {addr[0]}:{addr[1]}")
+        except CorruptStorage as exc:
+            return replies.error(replies.ErrorCode.STORAGE_ERROR, ("reason", exc.message))
         except BayouError as exc:
             return replies.error("command_failed", ("reason", exc.message))
         except Exception:
@@ -1029,6 +1032,9 @@ class CursusService:
                         f"requested={position} earliest={part.log.log_start_offset} "
                         f"latest={part.high_watermark}".encode()))
                     reason = ""
+                    return
+                except CorruptStorage:  # the partition is quarantined from ``position`` on
+                    reason = replies.ErrorCode.STORAGE_ERROR
                     return
                 if count:
                     conn.writer.write(encode_frame(cb.encode_batch(topic, p, messages, count, s0, s1)))

@@ -13,6 +13,7 @@ from bayou.broker import Acks, Broker
 from bayou.broker.partition import FOLLOWER
 from bayou.errors import (
     BayouError,
+    CorruptStorage,
     GroupNotFound,
     IllegalGeneration,
     InvalidConfig,
@@ -37,6 +38,7 @@ from bayou.protocols.rtes.codec import (
     encode_error,
     encode_ok,
     encode_records,
+    escape_value,
     fnv1a_32,
     go_bool,
     go_list,
@@ -64,6 +66,7 @@ ERROR_MAP: dict[type[BayouError], tuple[Code, str | None]] = {
     PartitionNotAssigned: (Code.GENERATION_MISMATCH, "partition not assigned to member"),
     InvalidTopicName: (Code.BAD_REQUEST, "invalid topic name"),
     UnknownPartition: (Code.BAD_REQUEST, "invalid partition"),
+    CorruptStorage: (Code.STORAGE_ERROR, None),
 }
 
 
@@ -75,6 +78,13 @@ def map_error(exc: BayouError) -> tuple[Code, str]:
     if exc.retriable:
         return Code.INTERNAL_ERROR, exc.message
     return Code.BAD_REQUEST, exc.message
+
+
+def _partition_status(offline: str | None) -> str:
+    """``ok``, or ``offline:<reason>`` (percent-escaped) for a quarantined partition."""
+    if offline is None:
+        return "ok"
+    return "offline:" + escape_value(offline.replace("[", "(").replace("]", ")").encode()).decode()
 
 
 ACKS = {"0": Acks.NONE, "1": Acks.LEADER, "all": Acks.ALL}
@@ -304,7 +314,8 @@ class RtesService:
                 f"log_end={go_list(p.log_end_offset for p in parts)} "
                 f"hw={go_list(p.high_watermark - 1 for p in parts)} "
                 f"size_bytes={go_list(p.size_bytes for p in parts)} "
-                f"roles={go_list(p.role for p in parts)} config={config}")
+                f"roles={go_list(p.role for p in parts)} "
+                f"status={go_list(_partition_status(p.offline) for p in parts)} config={config}")
 
     async def admin_delete_topic(self, r: m.AdminDeleteTopic) -> str:
         if not await self.broker.has_topic(r.topic):

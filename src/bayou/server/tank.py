@@ -25,10 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from bayou.broker import Broker
-from bayou.errors import BayouError, InvalidTopicName, NotLeader, TopicAlreadyExists
+from bayou.errors import BayouError, InvalidTopicName, NotLeader, StorageError, TopicAlreadyExists
 from bayou.protocols.tank import codec
 from bayou.protocols.tank import messages as m
-from bayou.protocols.tank.codes import ConsumeFlag, CreateTopicError, ProduceError, ReloadConfError, TankError
+from bayou.protocols.tank.codes import (
+    ConsumeFlag,
+    CreateTopicError,
+    ProduceError,
+    ReloadConfError,
+    TankError,
+    consume_flag_for,
+)
 from bayou.protocols.tank.framing import PING_FRAME, FrameReader, frame_header
 from bayou.server import zerocopy
 from bayou.server.base import Connection, Listener
@@ -147,7 +154,10 @@ class TankService:
                                              leader=m.Endpoint(int(ipaddress.IPv4Address(addr[0])), addr[1])),
                     None, False)
         last = last_assigned(self.broker, topic, p.partition)
-        first = await first_available(self.broker, topic, p.partition)
+        try:
+            first = await first_available(self.broker, topic, p.partition)
+        except StorageError as exc:  # damaged stored data (a quarantined partition), I/O failure
+            return m.ConsumePartitionResult(p.partition, consume_flag_for(exc)), None, False
         seq = p.seq
         if seq == 0:
             seq = first if first else last + 1
@@ -156,7 +166,10 @@ class TankService:
         if seq > last + 1 or seq < first:
             return (m.ConsumePartitionResult(p.partition, ConsumeFlag.BOUNDARY_FAULT, 0, last, first),
                     None, False)
-        chunk = await read_chunk(self.broker, topic, p.partition, seq, p.fetch_size)
+        try:
+            chunk = await read_chunk(self.broker, topic, p.partition, seq, p.fetch_size)
+        except StorageError as exc:
+            return m.ConsumePartitionResult(p.partition, consume_flag_for(exc)), None, False
         flags = ConsumeFlag.SPARSE if chunk.sparse_first else ConsumeFlag.OK
         return m.ConsumePartitionResult(p.partition, flags, chunk.base_seq, last), chunk, False
 
@@ -193,7 +206,10 @@ class TankService:
                 if topic not in self.broker.topics or p >= self.broker.partition_count(topic):
                     continue
                 if last_assigned(self.broker, topic, p) > last:
-                    chunk = await read_chunk(self.broker, topic, p, last + 1, MAX_FETCH)
+                    try:
+                        chunk = await read_chunk(self.broker, topic, p, last + 1, MAX_FETCH)
+                    except StorageError:  # answered by the next consume (0xfb)
+                        continue
                     if chunk.length:
                         grown[(topic, p)] = chunk
                         total += chunk.length

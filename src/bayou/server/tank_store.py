@@ -14,7 +14,6 @@ bundle: its varint length and bytes, sent with os.sendfile). It never spans two 
 from __future__ import annotations
 
 import ipaddress
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -161,7 +160,7 @@ async def read_chunk(broker: Broker, topic: str, partition: int, seq: int, fetch
         else:
             if i == 0:
                 chunk.base_seq = h.base_offset + 1
-            raw = os.pread(span.fd, h.size, pos)
+            raw = span.read_batch(pos, h)  # CRC-checked: converted bytes must be the stored ones
             records = decode_records(raw)
             # TANK's key is a str8: a longer key (V1, Cursus, the SDK) is cut at 255 bytes
             msgs = [TankMessage(r.offset + 1, r.timestamp, r.key[:255] if r.key else r.key, r.value)

@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bayou.errors import CorruptRecord, OffsetOutOfRange, RecordTooLarge, StorageError
+from bayou.errors import CorruptRecord, CorruptStorage, OffsetOutOfRange, RecordTooLarge, StorageError
 from bayou.records.batch import (
     HEADER_SIZE,
     MAX_OFFSET,
@@ -33,6 +33,7 @@ from bayou.records.batch import (
 from bayou.storage.config import LogConfig
 from bayou.storage.fsutil import fsync_dir
 from bayou.storage.handles import HandleCache, default_cache
+from bayou.storage.integrity import Damage, first_bad_batch
 from bayou.storage.segment import LOG_SUFFIX, Segment
 
 READ_CHUNK = 256 * 1024  # first read of a record-limited fetch
@@ -87,10 +88,27 @@ class FileSpan:
 
     fd: int
     batches: tuple[tuple[int, BatchHeader], ...]
+    # The log and segment the span lies in, for ``read_batch``'s check (None: unchecked reads).
+    log: PartitionLog | None = None
+    segment: Segment | None = None
+    # Reads of the file past the span must stop before this offset: the limit the log applied
+    # (the caller's max offset, the log end, and the damage of a quarantined partition).
+    limit: int = 0
 
     @property
     def next_offset(self) -> int:
         return self.batches[-1][1].next_offset
+
+    def read_batch(self, position: int, header: BatchHeader) -> bytes:
+        """The stored bytes of one batch of the span, CRC-checked, for a reader that decodes or
+        converts them (zero-copy senders pass bytes through; the scrub checks those). Damage
+        raises CorruptStorage and quarantines the partition."""
+        data = os.pread(self.fd, header.size, position)
+        if self.log is None or self.segment is None or (
+                len(data) == header.size and first_bad_batch(data, header.base_offset) is None):
+            return data
+        self.log.check_segment(self.segment)
+        raise self.log.offline_error()
 
 
 class PartitionLog:
@@ -111,6 +129,10 @@ class PartitionLog:
         # a concurrent reader never preads a recycled descriptor number.
         self._graveyard: list[tuple[float, Segment]] = []
         self.truncated_bytes = 0
+        # The first damaged batch found (at load, by a read or by the scrub): the partition is
+        # quarantined, offline for appends and for reads from ``damage.offset`` on.
+        self.damage: Damage | None = None
+        self._truncations = 0  # changes that rewrite bytes (check_segment must not race with them)
         self._load(recover)
 
     # -- opening -------------------------------------------------------------------------------
@@ -130,6 +152,8 @@ class PartitionLog:
             is_active = i == len(bases) - 1
             indexed = seg.index.path.name in names or seg.time_index.path.name in names
             self.truncated_bytes += seg.load(recover=recover and is_active, indexes_on_disk=indexed)
+            if seg.damage is not None:
+                self._quarantine(Damage(seg.path, seg.damage[0], seg.next_offset, seg.damage[1]))
             if not is_active and seg.next_offset != bases[i + 1] and seg.size:
                 log.warning("segment %s ends at offset %d but the next starts at %d",
                             seg.path, seg.next_offset, bases[i + 1])
@@ -194,6 +218,8 @@ class PartitionLog:
         now = now_ms()
         with self._lock:
             self._check_open()
+            if self.damage is not None:
+                raise self.offline_error()
             try:
                 self._maybe_roll(header.size, now)
             except OSError as exc:  # no room for the new segment file (ENOSPC, EDQUOT)
@@ -345,7 +371,22 @@ class PartitionLog:
         At least one batch is returned when one is visible, even if it is larger than ``max_bytes``,
         so a consumer can always make progress. With ``max_records``, no further batch is added
         once the records at or after ``offset`` reach that count.
+
+        Every batch returned has passed its CRC and offset checks: damage is never served. A read
+        that meets damage quarantines the partition (``check_segment``) and returns the good
+        batches before it; a read from the damaged offset on raises CorruptStorage.
         """
+        for _attempt in range(3):
+            result = self._read(offset, max_bytes, max_offset, max_records)
+            if result is not None:
+                return result
+            offset = max(offset, self.log_start_offset)
+        raise StorageError(f"read of {self.dir} at offset {offset} kept racing with changes; retry")
+
+    def _read(self, offset: int, max_bytes: int, max_offset: int | None,
+              max_records: int | None) -> ReadResult | None:
+        """One attempt of ``read``; None when it raced with a change (retention, truncation) or
+        found damage just recorded: the caller tries again."""
         with self._lock:
             self._check_open()
             start = self.log_start_offset
@@ -353,6 +394,11 @@ class PartitionLog:
             limit = end if max_offset is None else min(max_offset, end)
             if offset < start or offset > end:
                 raise OffsetOutOfRange(f"offset {offset} outside [{start}, {end}]")
+            damage = self.damage
+            if damage is not None:
+                if offset >= damage.offset:
+                    raise self.offline_error()
+                limit = min(limit, damage.offset)
             if offset >= limit:
                 return ReadResult(b"", offset, offset, 0, start, end)
             i = self._segment_for(offset)
@@ -361,44 +407,161 @@ class PartitionLog:
             if seg.base_offset >= limit:
                 break
             try:
-                seg_size = seg.size
+                seg_size = self._readable_end(seg, damage)
                 pos, first = seg.find_position(offset, seg_size)
             except (OSError, ValueError):
-                # The segment was deleted by retention while we looked; start over.
-                return self.read(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset)
+                return None  # the segment was deleted by retention while we looked
+            except CorruptRecord:
+                self.check_segment(seg)
+                return None
             if first is None:
                 continue
             size = min(max(max_bytes, first.size), seg_size - pos)
             # With a record limit, read in growing chunks rather than max_bytes at once: a small
             # CONSUME must not copy megabytes it is going to drop.
             chunk = size if max_records is None else min(size, max(first.size, READ_CHUNK))
-            while True:
-                data = seg.pread(chunk, pos)
-                taken = 0
-                count = 0
-                next_off = first.base_offset
-                wanted = 0
-                done = False
-                for p, h in iter_batches(data):
-                    if h.last_offset >= limit or (taken and p + h.size > max_bytes):
-                        done = True
+            try:
+                while True:
+                    data = seg.pread(chunk, pos)
+                    taken = 0
+                    count = 0
+                    next_off = first.base_offset
+                    wanted = 0
+                    done = False
+                    for p, h in iter_batches(data):
+                        if h.last_offset >= limit or (taken and p + h.size > max_bytes):
+                            done = True
+                            break
+                        if max_records is not None and taken and wanted >= max_records:
+                            done = True
+                            break
+                        taken = p + h.size
+                        count += h.record_count
+                        wanted += h.next_offset - max(offset, h.base_offset)
+                        next_off = h.next_offset
+                    if done or chunk >= size:
                         break
-                    if max_records is not None and taken and wanted >= max_records:
-                        done = True
-                        break
-                    taken = p + h.size
-                    count += h.record_count
-                    wanted += h.next_offset - max(offset, h.base_offset)
-                    next_off = h.next_offset
-                if done or chunk >= size:
-                    break
-                chunk = min(size, chunk * 4)
+                    chunk = min(size, chunk * 4)
+            except (OSError, ValueError):
+                return None
+            except CorruptRecord:
+                self.check_segment(seg)
+                return None
+            if first_bad_batch(memoryview(data)[:taken]) is not None:
+                self.check_segment(seg)
+                return None
             return ReadResult(data[:taken], first.base_offset, next_off if taken else offset, count,
                               start, end)
         return ReadResult(b"", offset, offset, 0, start, end)
 
+    # -- integrity -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _readable_end(seg: Segment, damage: Damage | None) -> int:
+        """Where reads of ``seg`` must stop: its size, or the damage in it."""
+        if damage is not None and damage.path == seg.path:
+            return min(seg.size, damage.position)
+        return seg.size
+
+    def _label(self) -> str:
+        return f"{self.dir.parent.name}/{self.dir.name}"
+
+    def offline_error(self) -> CorruptStorage:
+        d = self.damage
+        if d is None:
+            return CorruptStorage(f"partition {self._label()}: stored data changed during a read")
+        return CorruptStorage(f"partition {self._label()} is offline: damaged data in {d.describe()}")
+
+    def _quarantine(self, damage: Damage) -> None:
+        if self.damage is not None and self.damage.offset <= damage.offset:
+            return
+        self.damage = damage
+        log.error("partition %s quarantined: damaged data in %s position %d (%s); offline from "
+                  "offset %d, readable below it; stop the broker and run "
+                  "`bayou verify --data-dir DIR --repair`",
+                  self._label(), damage.path, damage.position, damage.reason, damage.offset)
+
+    def check_segment(self, seg: Segment) -> Damage | None:
+        """Check ``seg`` with recovery's scanner after a read saw something wrong; real damage
+        quarantines the partition. Returns the partition's damage (None: the read had raced with
+        a change, e.g. a truncation).
+
+        The scan runs outside the log lock (appends go on); what it finds is confirmed under the
+        lock: the segment is still there, nothing was truncated since the scan began (appends
+        never rewrite bytes, so everything before the bad batch is as scanned), and that one batch,
+        complete by the log's own size, is still bad."""
+        with self._lock:
+            if seg not in self.segments or (self.damage is not None and self.damage.path == seg.path):
+                return self.damage
+            truncations = self._truncations
+        try:
+            result = seg.scan(0, seg.base_offset, verify=True)
+        except (OSError, ValueError):
+            return self.damage
+        with self._lock:
+            if seg not in self.segments or self._truncations != truncations:
+                return self.damage
+            if result.error is not None:
+                if self._batch_is_bad(seg, result.valid_end, result.next_offset):
+                    self._quarantine(Damage(seg.path, result.valid_end, result.next_offset, result.error))
+            elif not seg.indexes_match_log():
+                log.warning("rebuilding the damaged indexes of %s", seg.path)
+                seg.rebuild_indexes(0)
+            return self.damage
+
+    @staticmethod
+    def _batch_is_bad(seg: Segment, pos: int, expected: int) -> bool:
+        """Whether the batch at ``pos`` of ``seg`` fails its checks (log lock held: the segment's
+        size is exact). Nothing complete there yet (an append in flight when scanned) is good."""
+        if pos >= seg.size:
+            return False
+        data = seg.pread(min(seg.size - pos, HEADER_SIZE), pos)
+        try:
+            h = decode_header(data)
+        except CorruptRecord:
+            return True
+        if pos + h.size > seg.size:
+            return True
+        return first_bad_batch(seg.pread(h.size, pos), expected) is not None
+
+    def scrub(self, throttle: Callable[[int], None] | None = None) -> int:
+        """Check every batch of every segment (CRC, lengths, offsets) with recovery's scanner,
+        outside the log lock; what looks damaged is checked again under it (``check_segment``)
+        and quarantines the partition. Returns how many bytes were checked."""
+        with self._lock:
+            segments = list(self.segments)
+        checked = 0
+        for seg in segments:
+            damage = self.damage
+            if damage is not None and damage.path == seg.path:
+                continue
+            try:
+                result = seg.scan(0, seg.base_offset, verify=True, throttle=throttle)
+            except (OSError, ValueError):
+                continue  # deleted by retention while we looked
+            checked += result.valid_end
+            if result.error is not None:
+                self.check_segment(seg)
+        return checked
+
+    def _forget_removed_damage(self) -> None:
+        """The damaged segment is gone (retention, delete-records, truncation): back online."""
+        d = self.damage
+        if d is not None and all(s.path != d.path for s in self.segments):
+            self._forget_damage(d)
+
+    def _forget_damage(self, d: Damage) -> None:
+        self.damage = None
+        log.warning("partition %s back online: the damaged part of %s was removed", self._label(),
+                    d.path)
+
+    @property
+    def offline_reason(self) -> str | None:
+        d = self.damage
+        return None if d is None else d.describe()
+
     def locate(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
-               payload_only: bool = False) -> FileSpan | None:
+               payload_only: bool = False, _checked: bool = False) -> FileSpan | None:
         """Where the whole batches a read from ``offset`` would return lie in one segment file,
         without reading them: for zero-copy serving (``os.sendfile``) of stored bytes.
 
@@ -408,6 +571,9 @@ class PartitionLog:
         TANK does, batches are added until the limit is reached or passed.
         None when nothing is visible. The descriptor stays valid while the caller sends: a segment
         removed by retention is closed only after the graveyard delay.
+
+        Headers are checked on the way (lengths, offsets; CRCs are the scrub's and
+        ``FileSpan.read_batch``'s); damage met quarantines the partition as in ``read``.
         """
         with self._lock:
             self._check_open()
@@ -416,6 +582,11 @@ class PartitionLog:
             limit = end if max_offset is None else min(max_offset, end)
             if offset < start or offset > end:
                 raise OffsetOutOfRange(f"offset {offset} outside [{start}, {end}]")
+            damage = self.damage
+            if damage is not None:
+                if offset >= damage.offset:
+                    raise self.offline_error()
+                limit = min(limit, damage.offset)
             if offset >= limit:
                 return None
             segments = self.segments[self._segment_for(offset):]
@@ -423,7 +594,7 @@ class PartitionLog:
             if seg.base_offset >= limit:
                 break
             try:
-                seg_size = seg.size
+                seg_size = self._readable_end(seg, damage)
                 pos, first = seg.find_position(offset, seg_size)
                 if first is None:
                     continue
@@ -437,10 +608,21 @@ class PartitionLog:
                     batches.append((pos, h))
                     taken += size
                     pos += h.size
-                    h = seg.header_at(pos) if pos < seg_size else None
+                    nxt = seg.header_at(pos) if pos < seg_size else None
+                    # The CRC does not cover base offsets and lengths: a batch must follow the last.
+                    if nxt is not None and (nxt.base_offset < h.next_offset or (
+                            nxt.base_offset > h.next_offset and not nxt.sparse)):
+                        raise CorruptRecord("offset gap")
+                    h = nxt
             except (OSError, ValueError):
                 return self.locate(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset,
                                    payload_only=payload_only)
+            except CorruptRecord:
+                if _checked:
+                    raise StorageError(f"{seg.path} changed while it was read; retry") from None
+                self.check_segment(seg)  # quarantines, unless the walk raced with a change
+                return self.locate(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset,
+                                   payload_only=payload_only, _checked=True)
             if not batches:
                 return None
             try:
@@ -448,7 +630,7 @@ class PartitionLog:
             except (OSError, ValueError):
                 return self.locate(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset,
                                    payload_only=payload_only)
-            return FileSpan(fd, tuple(batches))
+            return FileSpan(fd, tuple(batches), self, seg, limit)
         return None
 
     def read_records(self, offset: int, max_records: int, *, max_offset: int | None = None,
@@ -472,7 +654,14 @@ class PartitionLog:
             pos, h = seg.find_timestamp_position(timestamp)
             if h is None:
                 continue
+            damage = self.damage
+            if damage is not None and (h.last_offset >= damage.offset
+                                       or pos >= self._readable_end(seg, damage)):
+                raise self.offline_error()
             data = seg.pread(h.size, pos)
+            if first_bad_batch(data, h.base_offset) is not None:
+                self.check_segment(seg)
+                raise self.offline_error()
             for rec in decode_records(data):
                 if rec.timestamp >= timestamp:
                     return rec.offset
@@ -499,10 +688,16 @@ class PartitionLog:
             pos, h = seg.find_position(offset)
             if h is not None and h.base_offset < offset:
                 pos += h.size  # keep the batch that straddles ``offset``
+            self._truncations += 1
             seg.truncate_to_position(pos)
+            d = self.damage
+            if d is not None and d.path == seg.path and pos <= d.position:
+                seg.damage = None  # the damaged bytes are cut off
+                self._forget_damage(d)
             seg.next_offset = self._end_offset_of(seg)
             with self._sync_cond:
                 self._durable_offset = min(self._durable_offset, seg.next_offset)
+            self._forget_removed_damage()
 
     @staticmethod
     def _end_offset_of(seg: Segment) -> int:
@@ -536,6 +731,7 @@ class PartitionLog:
                 self._bury(seg)
                 deleted += 1
             self._close_buried()
+            self._forget_removed_damage()
         return deleted
 
     def purge(self, start: int | None = None) -> None:
@@ -579,6 +775,7 @@ class PartitionLog:
                 self._durable_offset = max(self._durable_offset, end)
                 self._sync_cond.notify_all()
             self._close_buried()
+            self._forget_removed_damage()
             log.info("purged %s: log starts at %d", self.dir, end)
 
     def delete_oldest_segments(self, count: int) -> int:
@@ -598,6 +795,7 @@ class PartitionLog:
                 log.info("deleted %d oldest segments of %s: log starts at %d", deleted, self.dir,
                          self.log_start_offset)
             self._close_buried()
+            self._forget_removed_damage()
         return deleted
 
     def delete_segments_below(self, offset: int) -> int:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from bayou.errors import CorruptRecord
-from bayou.records.batch import HEADER_SIZE, BatchHeader, batch_crc, decode_header
+from bayou.records.batch import HEADER_SIZE, BatchHeader, decode_header
 from bayou.storage.handles import HandleCache, default_cache
 from bayou.storage.index import OffsetIndex, TimeIndex
+from bayou.storage.integrity import batch_fault
 
 log = logging.getLogger("bayou.storage")
 
@@ -60,11 +62,17 @@ class Segment:
         self.created_ms: int | None = None  # time of the first append, for age-based rolling
         self._bytes_since_index = 0
         self.synced_size = self.size
+        # (position, reason) when loading found a bad batch and did not cut it (a sealed segment,
+        # or any after a clean stop): in memory the segment ends there; the file is left as it is
+        # for `bayou verify --repair`, and nothing is ever appended to it.
+        self.damage: tuple[int, str] | None = None
 
     # -- appending -----------------------------------------------------------------------------
 
     def append(self, data: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int) -> int:
         """Write one batch at the end; return its position."""
+        if self.damage is not None:
+            raise CorruptRecord(f"{self.path} is damaged at position {self.damage[0]}: not appending")
         pos = self.size
         if self._bytes_since_index >= self.index_interval_bytes or (not self.index.positions and pos == 0):
             rel = header.base_offset - self.base_offset
@@ -150,8 +158,10 @@ class Segment:
 
     # -- recovery ------------------------------------------------------------------------------
 
-    def scan(self, start: int, expected_offset: int | None, verify: bool) -> ScanResult:
-        """Walk batches from ``start``; with ``verify``, stop at the first torn or corrupt one."""
+    def scan(self, start: int, expected_offset: int | None, verify: bool,
+             throttle: Callable[[int], None] | None = None) -> ScanResult:
+        """Walk batches from ``start``; with ``verify``, stop at the first torn or corrupt one.
+        ``throttle(n)`` is called after each read of ``n`` bytes (the scrub's I/O rate limit)."""
         pos = start
         next_offset = expected_offset if expected_offset is not None else self.base_offset
         max_ts = -1
@@ -164,6 +174,8 @@ class Segment:
             if len(buf) - rel < HEADER_SIZE:
                 buf = self.pread(_SCAN_CHUNK, pos)
                 buf_start, rel = pos, 0
+                if throttle is not None:
+                    throttle(len(buf))
                 if len(buf) < HEADER_SIZE:
                     error = f"torn batch header at position {pos}"
                     break
@@ -176,18 +188,16 @@ class Segment:
                 error = f"torn batch at position {pos} ({h.size} bytes, {self.size - pos} present)"
                 break
             if verify:
-                # Only a sparse batch may start past the previous one's end (a deliberate gap,
-                # marked inside the CRC); none may start inside or before it.
-                if expected_offset is not None and (h.base_offset < next_offset or (
-                        h.base_offset > next_offset and not h.sparse)):
-                    error = (f"offset gap at position {pos}: batch starts {h.base_offset}, "
-                             f"expected {next_offset}")
-                    break
                 if len(buf) - rel < h.size:
                     buf = self.pread(max(_SCAN_CHUNK, h.size), pos)
                     buf_start, rel = pos, 0
-                if batch_crc(buf, rel, h.size) != h.crc:
-                    error = f"CRC mismatch at position {pos} (offset {h.base_offset})"
+                    if throttle is not None:
+                        throttle(len(buf))
+                # Only a sparse batch may start past the previous one's end (a deliberate gap,
+                # marked inside the CRC); none may start inside or before it.
+                fault = batch_fault(buf, rel, h, next_offset if expected_offset is not None else None)
+                if fault is not None:
+                    error = f"{fault} at position {pos}"
                     break
             next_offset = h.next_offset
             max_ts = max(max_ts, h.max_timestamp)
@@ -224,7 +234,7 @@ class Segment:
             return 0  # an empty segment without index files: nothing to read (a fast start)
         max_rel = 0xFFFFFFFF
         ok = self.index.load(self.size, max_rel) and self.time_index.load(max_rel)
-        if ok and recover and not self._indexes_match_log():
+        if ok and recover and not self.indexes_match_log():
             ok = False
         if not ok and self.size:
             log.info("rebuilding indexes of %s", self.path)
@@ -253,14 +263,20 @@ class Segment:
             cut = self.size - result.valid_end
             self.truncate_to_position(result.valid_end)
         elif result.error is not None:
-            raise CorruptRecord(f"{self.path}: {result.error}")
+            # Quarantine, not truncation: acknowledged data past the damage may still be saved
+            # from the file (or a replica); the partition log reports it and stays offline.
+            self.damage = (result.valid_end, result.error)
+            self.size = result.valid_end
+            self.index.truncate_to_position(result.valid_end)
+            last_rel = self.index.rel_offsets[-1] if self.index.rel_offsets else 0
+            self.time_index.truncate_to_rel_offset(last_rel + 1)
         self.next_offset = result.next_offset
         self.rebuild_indexes(start if ok else 0)
         if self.size:
             self.created_ms = int(os.stat(self.path).st_mtime * 1000)
         return cut
 
-    def _indexes_match_log(self) -> bool:
+    def indexes_match_log(self) -> bool:
         """Check loaded indexes against the log: every offset-index entry names the batch at its
         position, and every time-index entry sits on an offset-index point (they are written
         together) with a timestamp no lower than that batch's. A well-formed but wrong file fails."""

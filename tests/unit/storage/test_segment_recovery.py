@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bayou.errors import CorruptRecord
+from bayou.errors import CorruptStorage
 from bayou.records import Record, decode_records, encode_batch, iter_batches
 from bayou.storage import LogConfig, PartitionLog
 from bayou.storage.segment import segment_name
@@ -129,13 +129,22 @@ def test_corrupt_batch_in_the_middle_cuts_everything_after_it(tmp_path: Path, vi
     lg.close()
 
 
-def test_corrupt_tail_without_recover_raises(tmp_path: Path) -> None:
-    seg, _ = build(tmp_path, 3)
+def test_corrupt_tail_without_recover_quarantines(tmp_path: Path) -> None:
+    """After a clean stop a damaged active segment is not cut (it held acknowledged data): the
+    partition opens quarantined, readable up to the damage, refusing appends; recovery (what
+    `bayou verify --repair` runs) cuts it later."""
+    seg, _positions = build(tmp_path, 3)
+    size = seg.stat().st_size
     with seg.open("ab") as f:
         f.write(batch(3)[:30])
-    with pytest.raises(CorruptRecord):
-        reopen(tmp_path, recover=False)
-    assert seg.stat().st_size > 0  # nothing was cut
+    lg = reopen(tmp_path, recover=False)
+    assert lg.damage is not None and lg.damage.offset == 9 and lg.damage.position == size
+    assert lg.offline_reason is not None and "torn batch header" in lg.offline_reason
+    assert values(lg) == expected(3)
+    with pytest.raises(CorruptStorage):
+        lg.append(batch(99))
+    lg.close()
+    assert seg.stat().st_size == size + 30  # nothing was cut
     check_recovered(tmp_path, 3)
 
 

@@ -77,6 +77,7 @@ class ErrorCode(enum.StrEnum):
     SNAPSHOT_VERSION_EXCEEDS_STREAM = "snapshot_version_exceeds_stream"
     NOT_LEADER = "NOT_LEADER"
     NOT_COORDINATOR = "NOT_COORDINATOR"
+    STORAGE_ERROR = "storage_error"  # bayou: the partition's stored data is damaged (quarantined)
 
 
 @dataclass(frozen=True, slots=True)

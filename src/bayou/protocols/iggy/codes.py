@@ -248,6 +248,7 @@ class Status(enum.IntEnum):
     INVALID_HEADER_VALUE = 4019
     TOO_BIG_MESSAGE_PAYLOAD = 4022
     EMPTY_MESSAGE_PAYLOAD = 4024
+    CANNOT_READ_MESSAGE = 4011  # Iggy's code for a stored message the server cannot read
     INVALID_MESSAGE_CHECKSUM = 4027
     NON_ZERO_OFFSET = 4031
     NON_ZERO_TIMESTAMP = 4032
@@ -321,6 +322,7 @@ ERROR_STATUS: Mapping[type[errors.BayouError], Status] = MappingProxyType({
     errors.OutOfOrderSequence: Status.ERROR,
     errors.ProducerFenced: Status.ERROR,
     errors.StorageError: Status.ERROR,
+    errors.CorruptStorage: Status.CANNOT_READ_MESSAGE,
     errors.BrokerShuttingDown: Status.TRANSIENT_NOT_ACCEPTED,
 })
 

@@ -35,6 +35,7 @@ class Code(enum.StrEnum):
     NOT_LEADER = "NOT_LEADER"
     GENERATION_MISMATCH = "GENERATION_MISMATCH"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    STORAGE_ERROR = "STORAGE_ERROR"  # bayou: stored data is damaged (an additive code, rtes.md 7.1)
 
 
 class RtesError(Exception):

@@ -192,3 +192,15 @@ def create_topic_error_for(exc: errors.BayouError) -> CreateTopicError:
 
 def reload_conf_error_for(exc: errors.BayouError) -> ReloadConfError:
     return _lookup(RELOAD_CONF_ERROR_FOR, exc, ReloadConfError.SYSTEM_ERROR)
+
+
+# A consume entry's error flag (tank.md 5.3): 0xfb, "system error opening the partition", for
+# stored data that cannot be served (a quarantined partition, a failing disk).
+CONSUME_FLAG_FOR: Mapping[type[errors.BayouError], ConsumeFlag] = MappingProxyType({
+    errors.StorageError: ConsumeFlag.SYSTEM_ERROR,
+    errors.CorruptStorage: ConsumeFlag.SYSTEM_ERROR,
+})
+
+
+def consume_flag_for(exc: errors.BayouError) -> ConsumeFlag:
+    return _lookup(CONSUME_FLAG_FOR, exc, ConsumeFlag.SYSTEM_ERROR)
