@@ -163,3 +163,78 @@ async def test_consume_of_partition_65535_closes_without_a_traceback(broker: Bro
         await c.close()
     assert len(await healthy_everywhere(broker, "a", [])) == 4
     assert "Traceback" not in broker.log() and "ValueError" not in broker.log(), broker.log()
+
+
+async def test_a_full_partition_answers_each_protocols_error(broker: BrokerProcess) -> None:
+    """A sparse bundle at the largest storable seq (2^63 - 1) is stored; the partition is then full
+    (its log end is the largest int64) and every protocol's produce is refused with its error,
+    while reads keep working, also after a restart."""
+    created = await tank_call(broker.tank_port, m.CreateTopic(1, TOPIC, 1, ""))
+    assert isinstance(created, m.CreateTopicResponse) and created.error == 0
+    top = (1 << 63) - 1
+    assert await tank_produce(broker.tank_port, encode_bundle([TankMessage(top, 5, None, b"last")],
+                                                              sparse=True)) == 0
+    for _round in range(2):
+        dense = encode_bundle([TankMessage(0, 1, None, b"x")])
+        assert await tank_produce(broker.tank_port, dense) == SEQ_INVALID
+        line = await LineConn.open(broker.port)
+        assert (await line.ask(f"V1|1|PRODUCE|{TOPIC} k:v acks=1")).startswith("V1|1|ERR|")
+        reply = await line.ask(f"V1|2|CONSUME|{TOPIC} 0 {top - 1}")
+        assert reply.startswith("V1|2|OK|messages=") and "last" in reply, reply
+        await line.close()
+        cur = await FrameConn.open(broker.cursus_port)
+        await cur.send(build_batch(TOPIC, 0, [message("x")]))
+        assert (await cur.recv()).startswith(b"ERROR")
+        await cur.close()
+        iggy = await vsr_login(broker.iggy_port)
+        reply = await iggy.ask(send("default", TOPIC, 0, [b"x"]))
+        assert reply.result()[0] != 0
+        stats = await iggy.call(im.GetStats())
+        assert isinstance(stats, im.Stats)
+        await iggy.close()
+        assert broker.stop() == 0
+        start(broker)
+    assert "Traceback" not in broker.log(), broker.log()
+
+
+@pytest.mark.parametrize("ts", [(1 << 64) - 1, 1 << 63, 1 << 55, 1_700_000_000_000])
+async def test_any_tank_timestamp_reads_through_every_protocol(broker: BrokerProcess, ts: int) -> None:
+    """A TANK message may carry any u64 of milliseconds; Iggy's origin timestamp is a u64 of
+    microseconds. Past it the time saturates; the poll used to drop the connection with
+    struct.error, for every later poll of the partition."""
+    created = await tank_call(broker.tank_port, m.CreateTopic(1, TOPIC, 1, ""))
+    assert isinstance(created, m.CreateTopicResponse) and created.error == 0
+    assert await tank_produce(broker.tank_port, encode_bundle([TankMessage(0, ts, b"k", b"late")])) == 0
+    assert [v for _s, v in await tank_values(broker.tank_port)] == [b"late"]
+    line = await LineConn.open(broker.port)
+    assert (await line.ask(f"V1|1|CONSUME|{TOPIC} 0 0")).startswith("V1|1|OK|messages=0:late")
+    await line.close()
+    cur = await FrameConn.open(broker.cursus_port)
+    body = await cur.ask(envelope(f"CONSUME topic={TOPIC} partition=0 offset=0 member=x group=xg batch=10"))
+    assert [x.payload for x in decode_messages(body, decode_head(body))] == [b"late"]
+    await cur.close()
+    iggy = await vsr_login(broker.iggy_port)
+    for kind, value in ((im.PollingKind.FIRST, 0), (im.PollingKind.TIMESTAMP, 0), (im.PollingKind.OFFSET, 0)):
+        polled = await iggy.call(poll("default", TOPIC, 0, kind=kind, value=value))
+        expected = min(ts * 1000, (1 << 64) - 1)
+        assert [(x.payload, x.origin_timestamp) for x in polled.messages] == [(b"late", expected)]
+    await iggy.close()
+    assert "Traceback" not in broker.log(), broker.log()
+
+
+async def test_iggy_origin_timestamp_past_int64_is_refused(broker: BrokerProcess) -> None:
+    """An Iggy send's origin timestamp is kept in an int64 batch field: 2^63 us and above get
+    INVALID_FORMAT (4) and nothing is stored (it used to drop the connection with struct.error)."""
+    iggy = await vsr_login(broker.iggy_port)
+    await iggy.call(im.CreateStream("ts"))
+    await iggy.call(im.CreateTopic(im.Identifier("ts"), "t", 1))
+    for origin in ((1 << 64) - 1, 1 << 63):
+        reply = await iggy.ask(send("ts", "t", 0, [im.Message(b"x", 0, (), origin)]))
+        assert reply.result()[0] == 4
+    await iggy.call(send("ts", "t", 0, [im.Message(b"ok", 0, (), (1 << 63) - 1)]))
+    polled = await iggy.call(poll("ts", "t", 0, kind=im.PollingKind.FIRST))
+    assert [(x.offset, x.payload, x.origin_timestamp) for x in polled.messages] == [(0, b"ok", (1 << 63) - 1)]
+    stats = await iggy.call(im.GetStats())
+    assert isinstance(stats, im.Stats)
+    await iggy.close()
+    assert "Traceback" not in broker.log(), broker.log()
