@@ -23,7 +23,7 @@ IGGY09STAMP = $(IGGY09)/.installed-apache-iggy-$(IGGY09_VERSION)
 ZOOKEEPER_JAR = /usr/share/java/zookeeper.jar
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test install dev iggy-sdks zookeeper lint typecheck bench bench-iggy bench-sdk bench-spark pipeline clean
+.PHONY: run test install dev iggy-sdks zookeeper lint typecheck bench bench-iggy bench-sdk bench-spark pipeline spark-package clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,10 @@ bench-spark: $(DEVSTAMP)
 # The reference pipeline (examples/pipeline.py): starts its own broker unless BOOTSTRAP is set.
 pipeline: $(DEVSTAMP)
 	$(PY) examples/pipeline.py $(PIPELINE_ARGS)
+
+# bayou as a zip for spark-submit --py-files (README: Spark, "Run on a cluster").
+spark-package: $(DEVSTAMP)
+	$(PY) -m bayou.spark.package dist/bayou.zip
 
 clean:
 	rm -rf $(VENV) $(IGGY08) $(IGGY09) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

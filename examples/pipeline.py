@@ -20,25 +20,28 @@ Run it locally (local[2]; without --bootstrap it starts its own broker in a temp
     .venv/bin/python examples/pipeline.py
     .venv/bin/python examples/pipeline.py --bootstrap 127.0.0.1:8090 --events 50000
 
-Run it on a cluster, unchanged, with spark-submit (the master comes from spark-submit):
+Run it on a cluster, unchanged, with spark-submit: the master, the Python interpreters and every
+--conf then come from spark-submit (the README's "Run on a cluster" walks through it on a
+standalone cluster, with the exact commands the test suite runs):
 
-    bayou serve --iggy 0.0.0.0:8090            # on a host every executor can reach
-    spark-submit --master spark://spark-master:7077 \\
-        --py-files bayou.zip \\
-        examples/pipeline.py --bootstrap broker-host:8090 \\
+    make spark-package                          # dist/bayou.zip
+    bayou serve --iggy 10.0.0.5:8090 --rtes off --cursus off --tank off   # an address executors reach
+    PYTHONPATH=$PWD/dist/bayou.zip spark-submit --master spark://spark-master:7077 \\
+        --py-files dist/bayou.zip --conf spark.pyspark.python=/opt/bayou-venv/bin/python \\
+        examples/pipeline.py --bootstrap 10.0.0.5:8090 \\
         --checkpoint hdfs:///pipelines/bayou/checkpoint --output hdfs:///pipelines/bayou/out
 
-  - ``--master``: ``spark://host:7077`` (standalone), ``yarn``, ``k8s://https://api:6443``; when
-    spark-submit sets it, this script does not override it.
-  - Executors run the source's read() and the sink's write(), so they import ``bayou``: install
-    it on every executor (``pip install bayou[spark]`` into the executors' Python, or a
-    virtualenv/conda archive shipped with ``--archives`` and ``spark.pyspark.python``), or ship it
-    with ``--py-files bayou.zip`` (``cd src && zip -r ../bayou.zip bayou``; its dependencies,
-    e.g. pyarrow, numpy, xxhash, must still be installed there).
+  - ``--py-files dist/bayou.zip`` ships bayou to the executors and to this script;
+    ``PYTHONPATH`` on spark-submit's own command line is what lets the driver-side Python worker
+    that plans a streaming read import it (PySpark 4.3 does not give that worker the
+    ``--py-files``). Installing bayou into the interpreter below on every host also does.
+  - ``spark.pyspark.python`` (or ``PYSPARK_PYTHON``): the interpreter of every Python worker, on
+    the executors and on the driver host; it must exist at that path everywhere and have bayou's
+    dependencies (pyarrow, numpy, xxhash, crc32c, cramjam, lz4, zstandard). This script defaults
+    it (to its own interpreter) only for a local master.
   - Executors connect to the broker themselves, to the address in ``--bootstrap``: the broker must
-    listen on an interface they reach (``bayou serve --iggy 0.0.0.0:8090``), and the host name must
-    resolve on the executors, not just on the driver. No firewall between them and port 8090.
-  - ``--checkpoint`` and ``--output`` must be on storage every node shares (HDFS, S3, NFS).
+    listen on an interface they reach and the host name must resolve on the executors, not just on
+    the driver. ``--checkpoint`` and ``--output`` must be on storage every node shares.
 """
 
 from __future__ import annotations
@@ -160,6 +163,7 @@ def build_queries(spark: Any, bootstrap: str, events_topic: str, results_topic: 
                 .trigger(processingTime=trigger)
                 .queryName("aggregates_to_bayou")
                 .start())
+    wait_source_started(to_bayou)
     to_parquet = (windows.writeStream.format("parquet")
                   .option("path", output)
                   .option("checkpointLocation", os.path.join(checkpoint, "parquet"))
@@ -168,6 +172,18 @@ def build_queries(spark: Any, bootstrap: str, events_topic: str, results_topic: 
                   .queryName("aggregates_to_parquet")
                   .start())
     return to_bayou, to_parquet
+
+
+def wait_source_started(query: Any, timeout: float = 300.0) -> None:
+    """Return once ``query`` is past "Initializing sources" (or has stopped). Each streaming query
+    starts a Python worker on the driver to run its source, and Spark gives a new Python worker a
+    fixed 10 s to connect back: two started at once on a busy small machine overran it ("Python
+    worker failed to connect back"), so the second query waits for the first one's."""
+    deadline = time.monotonic() + timeout
+    while query.isActive and time.monotonic() < deadline:
+        if not str(query.status.get("message", "")).startswith("Initializing"):
+            return
+        time.sleep(0.2)
 
 
 def bayou_results(bootstrap: str, topic: str) -> dict[tuple[int, str], tuple[int, float]]:
@@ -297,24 +313,11 @@ def _progress(query: Any) -> list[dict[str, Any]]:
 
 
 def session(master: str | None) -> Any:
-    from pyspark import SparkConf
-    from pyspark.sql import SparkSession
+    """spark-submit's session when launched by it, else ``master`` or local[2]; bayou registered."""
+    from bayou.spark import get_session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName("bayou-pipeline")
-    if master is None and not SparkConf().contains("spark.master"):
-        master = "local[2]"  # plain `python pipeline.py`; under spark-submit the master is set
-    if master is not None:
-        builder = builder.master(master)
-    if (master or "").startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = (builder.config("spark.sql.shuffle.partitions", "2")
-                   .config("spark.ui.showConsoleProgress", "false"))
-    spark = builder.getOrCreate()
+    spark = get_session("bayou-pipeline", master)
     spark.sparkContext.setLogLevel("WARN")
-    from bayou.spark import register
-
-    register(spark)
     return spark
 
 

@@ -9,7 +9,9 @@ streaming sink that is exactly-once per (query, micro-batch) on deduplicating to
           .option("subscribe", "events").load())
 
 Executors import this package, so bayou must be installed where they run (or shipped with
-``--py-files``), and they must reach the broker's Iggy listener themselves.
+``--py-files``, see ``bayou.spark.package``), and they must reach the broker's Iggy listener
+themselves. ``get_session`` builds a session that takes its master from spark-submit when launched
+by it.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from typing import Any
 
 from bayou.spark.datasource import BayouDataSource
 from bayou.spark.errors import BayouDataLossError, BayouOptionError
+from bayou.spark.session import get_session
 
-__all__ = ["BayouDataLossError", "BayouDataSource", "BayouOptionError", "register"]
+__all__ = ["BayouDataLossError", "BayouDataSource", "BayouOptionError", "get_session", "register"]
 
 
 def register(spark: Any) -> None:
