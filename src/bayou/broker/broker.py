@@ -856,19 +856,25 @@ class Broker:
         deadline = time.monotonic() + max_wait_ms / 1000
         loop = asyncio.get_running_loop()
         while True:
-            hw = part.log.next_offset if upto_log_end else part.high_watermark
-            start = part.log.log_start_offset
-            if offset < start:
-                raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")
-            if offset < hw:
-                r = await loop.run_in_executor(self._io, self._read, part, offset, max_bytes, hw,
-                                               max_records)
-                if r is not None and (len(r.data) >= min_bytes or time.monotonic() >= deadline):
-                    return r
-            left = deadline - time.monotonic()
-            if left <= 0 or self.closing:
-                return FetchResult(b"", 0, offset, hw, start, part.log.next_offset)
-            await part.wait_for_data(left)
+            # registered before the log end is read: an append during the read still wakes us
+            waiter = part.data_waiter() if max_wait_ms > 0 else None
+            try:
+                hw = part.log.next_offset if upto_log_end else part.high_watermark
+                start = part.log.log_start_offset
+                if offset < start:
+                    raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")
+                if offset < hw:
+                    r = await loop.run_in_executor(self._io, self._read, part, offset, max_bytes, hw,
+                                                   max_records)
+                    if r is not None and (len(r.data) >= min_bytes or time.monotonic() >= deadline):
+                        return r
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closing:
+                    return FetchResult(b"", 0, offset, hw, start, part.log.next_offset)
+                await part.wait_for_data(left, waiter)
+            finally:
+                if waiter is not None:
+                    part.forget_waiter(waiter)
             self._check_serving(part)
 
     def check_readable(self, topic: str, partition: int) -> None:

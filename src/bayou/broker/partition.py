@@ -77,13 +77,26 @@ class Partition:
             if not w.done():
                 w.set_result(None)
 
-    async def wait_for_data(self, timeout: float) -> None:
+    def data_waiter(self) -> asyncio.Future[None]:
+        """A future the next ``notify`` resolves, registered at once. Register, then check the log
+        end, then wait on it: an append between the check and the wait is not missed (a waiter
+        registered on a later loop turn would sleep through it). ``forget_waiter`` when done."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
+        return fut
+
+    def forget_waiter(self, fut: asyncio.Future[None]) -> None:
+        if fut in self._waiters:
+            self._waiters.remove(fut)
+
+    async def wait_for_data(self, timeout: float, fut: asyncio.Future[None] | None = None) -> None:
+        """Wait up to ``timeout`` s for the next append (on ``fut`` from ``data_waiter`` when the
+        caller registered before checking)."""
+        if fut is None:
+            fut = self.data_waiter()
         try:
             await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             pass
         finally:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
+            self.forget_waiter(fut)

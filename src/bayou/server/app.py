@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bayou.broker import Broker, BrokerConfig
-from bayou.server.base import Connection, ConnectionLimits, Listener
+from bayou.server.base import Admission, Connection, ConnectionLimits, Listener
 from bayou.server.cursus import Advertised, CursusService, cursus_handler
 from bayou.server.iggy import IggyService, iggy_handler
 from bayou.server.rtes import RtesService, rtes_handler
@@ -121,10 +121,29 @@ class ServerConfig:
         default_factory=lambda: {name: (DEFAULT_BIND, port) for name, (port, _f) in PROTOCOLS.items()})
     max_connections: int = 10_000
     shutdown_grace_s: float = 10.0
+    # Connection limits shared by every listener (server/base.py): a new connection must send a
+    # complete request within idle_timeout_s (TANK's 16 s); a request begun must be complete within
+    # request_timeout_s (plus 1 s per 500 bytes received); each other listener keeps listener_reserve
+    # of max_connections for itself; max_inflight_bytes caps the request bytes held broker-wide.
+    idle_timeout_s: float = 16.0
+    request_timeout_s: float = 30.0
+    max_connections_per_ip: int = 1_000
+    listener_reserve: int = 64
+    max_inflight_bytes: int = 512 * 1024 * 1024
     # The host clients are told to connect to (Cursus METADATA / FIND_COORDINATOR).
     advertised_host: str = "localhost"
     iggy: IggyOptions = field(default_factory=IggyOptions)
     cluster: ClusterOptions | None = None
+
+    def __post_init__(self) -> None:
+        self.connection_limits()  # refuse bad limits when the configuration is read
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(max_connections=self.max_connections, idle_timeout_s=self.idle_timeout_s,
+                                request_timeout_s=self.request_timeout_s,
+                                max_connections_per_ip=self.max_connections_per_ip,
+                                listener_reserve=self.listener_reserve,
+                                max_inflight_bytes=self.max_inflight_bytes)
 
 
 class BayouServer:
@@ -133,12 +152,13 @@ class BayouServer:
         self.broker: Broker = Broker(config.broker)
         self.listeners: dict[str, Listener] = {}
         self._stopping: asyncio.Event | None = None
-        self._counter = [0]
+        self.admission: Admission | None = None
         self.cluster: ClusterNode | None = None
 
     async def start(self) -> None:
         await self.broker.start()
-        limits = ConnectionLimits(max_connections=self.config.max_connections)
+        limits = self.config.connection_limits()
+        self.admission = admission = Admission(limits)
         if self.config.cluster is not None:
             # cluster mode from the first request on: lead nothing until ZooKeeper says so
             from bayou.broker.cluster.node import ClusterNode
@@ -152,11 +172,11 @@ class BayouServer:
                 if addr is None:
                     continue
                 _port, factory = PROTOCOLS[name]
-                listener = Listener(name, addr[0], addr[1], factory(self, name), limits, self._counter)
+                listener = Listener(name, addr[0], addr[1], factory(self, name), limits, admission)
                 await listener.start()
                 self.listeners[name] = listener
             if self.cluster is not None and self.config.cluster is not None:
-                await self._join_cluster(self.cluster, self.config.cluster, limits)
+                await self._join_cluster(self.cluster, self.config.cluster, limits, admission)
         except BaseException:
             await self.stop()
             raise
@@ -167,7 +187,8 @@ class BayouServer:
             "fsync": str(self.config.broker.log.fsync),
         })
 
-    async def _join_cluster(self, node: ClusterNode, opts: ClusterOptions, limits: ConnectionLimits) -> None:
+    async def _join_cluster(self, node: ClusterNode, opts: ClusterOptions, limits: ConnectionLimits,
+                            admission: Admission) -> None:
         """Bind the replication listener, then register with every bound port in ZooKeeper and
         follow the cluster's state (broker/cluster/node.py)."""
         from bayou.broker.cluster.node import REPLICATION
@@ -175,7 +196,7 @@ class BayouServer:
         from bayou.server.replica import replica_handler
 
         listener = Listener(REPLICATION, opts.replication[0], opts.replication[1], replica_handler(node),
-                            limits, self._counter)
+                            limits, admission)
         await listener.start()
         self.listeners[REPLICATION] = listener
         endpoints = {name: li.port for name, li in self.listeners.items()}

@@ -1,32 +1,216 @@
-"""Listener plumbing shared by every protocol: connection limits, in-flight tracking, draining."""
+"""Listener plumbing shared by every protocol: admission, deadlines, the in-flight byte budget,
+in-flight tracking and draining.
+
+Every protocol's connections pass through here, so what protects the broker from its clients is
+done once:
+
+* **Admission.** At most ``max_connections`` in all, at most ``max_connections_per_ip`` from one
+  client address, and a flood on one listener cannot take the last free slots: each other listener
+  keeps ``listener_reserve`` slots for itself until it uses them.
+* **Deadlines.** A connection must send a complete request within ``idle_timeout_s`` of being
+  accepted (TANK closes after 16 s; so does every protocol here). Once a request has begun to
+  arrive, the rest must follow within ``request_timeout_s``, extended by one second per
+  ``PROGRESS_BYTES_PER_S`` received (Apache's mod_reqtimeout rule): a slowloris client (a byte now
+  and then) is closed, a big frame on a slow but moving link is not. A connection idle between
+  requests is kept.
+* **Bytes in flight.** A broker-wide budget (``max_inflight_bytes``) of request bytes held by
+  connections. A handler passes what its framing reader is assembling (``pending``: the frame size
+  its header declared, or what it holds so far) to ``read``; when the budget cannot cover it the
+  connection stops reading (the kernel's window pushes back on the client) until others release.
+  A connection waits holding nothing, so waits cannot deadlock; a frame larger than the whole
+  budget is refused by the framing reader's cap (``frame_cap``) with the protocol's own error.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from bayou.errors import InvalidConfig
+
 log = logging.getLogger("bayou.server")
+
+PROGRESS_BYTES_PER_S = 500  # Apache mod_reqtimeout's MinRate: a slowloris earns no real time
+MIN_INFLIGHT_BYTES = 1024 * 1024  # above any request line, login or header a reader must hold
 
 
 @dataclass(slots=True)
 class ConnectionLimits:
     max_connections: int = 10_000
     read_size: int = 256 * 1024
+    idle_timeout_s: float = 16.0
+    request_timeout_s: float = 30.0
+    max_connections_per_ip: int = 1_000
+    listener_reserve: int = 64
+    max_inflight_bytes: int = 512 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("max_connections", "read_size", "max_connections_per_ip"):
+            if getattr(self, name) < 1:
+                raise InvalidConfig(f"{name} must be at least 1")
+        for name in ("idle_timeout_s", "request_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise InvalidConfig(f"{name} must be above 0 seconds")
+        if self.listener_reserve < 0:
+            raise InvalidConfig("listener_reserve must be 0 or more")
+        if self.max_inflight_bytes < MIN_INFLIGHT_BYTES:
+            raise InvalidConfig(f"max_inflight_bytes must be at least {MIN_INFLIGHT_BYTES} (1 MiB)")
+
+    def frame_cap(self, protocol_max: int) -> int:
+        """What a framing reader may accept: its protocol's cap, and never more than the budget."""
+        return min(protocol_max, self.max_inflight_bytes)
+
+
+class ByteBudget:
+    """Bytes of requests held by connections, broker-wide; granted whole, first come first served."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    async def acquire(self, n: int) -> None:
+        n = min(n, self.total)
+        if not self._waiters and self.used + n <= self.total:
+            self.used += n
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (n, fut)
+        self._waiters.append(entry)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release(n)  # granted just as the connection was cancelled
+            else:
+                self._waiters.remove(entry)
+                self._grant()
+            raise
+
+    def release(self, n: int) -> None:
+        self.used -= min(n, self.total)
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters and self.used + self._waiters[0][0] <= self.total:
+            n, fut = self._waiters.popleft()
+            self.used += n
+            fut.set_result(None)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+
+class Admission:
+    """The connection counts every listener of one server shares."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self.total = 0
+        self.per_ip: Counter[str] = Counter()
+        self.listeners: list[Listener] = []
+        self.budget = ByteBudget(limits.max_inflight_bytes)
+
+    def refusal(self, listener: Listener, ip: str) -> str | None:
+        """Why a new connection to ``listener`` from ``ip`` is refused, or None to admit it."""
+        lim = self.limits
+        if self.per_ip[ip] >= lim.max_connections_per_ip:
+            return "per-address limit"
+        reserved = sum(max(0, lim.listener_reserve - len(other.connections))
+                       for other in self.listeners if other is not listener and not other.draining)
+        if self.total + reserved >= lim.max_connections:
+            return "limit"
+        return None
 
 
 class Connection:
-    """One accepted socket; ``busy`` while a request is being served."""
+    """One accepted socket; ``busy`` while a request is being served.
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    Handlers read through ``read`` (deadlines, byte budget) and count each complete request by
+    raising ``busy`` while serving it: the first rise ends the idle deadline of a new connection.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 limits: ConnectionLimits | None = None, budget: ByteBudget | None = None) -> None:
         self.reader = reader
         self.writer = writer
-        self.busy = 0
+        self.limits = limits or ConnectionLimits()
+        self.budget = budget
+        self._busy = 0
+        self.requests = 0
+        self.held = 0  # bytes of the byte budget this connection holds
         self.task: asyncio.Task[None] | None = None
         peer = writer.get_extra_info("peername")
+        self.ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._loop = asyncio.get_running_loop()
+        self.accepted_at = self._loop.time()
+        self._last_data_at = self.accepted_at
+        self._partial_since: float | None = None
+        self._partial_bytes = 0
+
+    @property
+    def busy(self) -> int:
+        return self._busy
+
+    @busy.setter
+    def busy(self, value: int) -> None:
+        if value > self._busy:
+            self.requests += 1
+        self._busy = value
+
+    def deadline(self, pending: int) -> float | None:
+        """When the connection is closed unless more bytes arrive (None: never)."""
+        lim = self.limits
+        if pending <= 0:
+            self._partial_since = None
+            self._partial_bytes = 0
+        elif self._partial_since is None:
+            self._partial_since = self._last_data_at  # the read that brought the request's first bytes
+            self._partial_bytes = 0
+        if self.requests == 0:
+            return self.accepted_at + lim.idle_timeout_s
+        if self._partial_since is None:
+            return None
+        return self._partial_since + lim.request_timeout_s + self._partial_bytes / PROGRESS_BYTES_PER_S
+
+    async def read(self, pending: int = 0) -> bytes:
+        """The next bytes from the client (b"" at EOF). ``pending`` is what the caller's framing
+        reader holds or expects for the request not yet complete (0 at a request boundary).
+
+        Raises ``TimeoutError`` when a deadline passes (the listener closes the connection)."""
+        await self.hold(pending)
+        deadline = self.deadline(pending)
+        if deadline is None:
+            data = await self.reader.read(self.limits.read_size)
+        else:
+            async with asyncio.timeout_at(deadline):
+                data = await self.reader.read(self.limits.read_size)
+        self._last_data_at = self._loop.time()
+        if pending > 0:
+            self._partial_bytes += len(data)
+        return data
+
+    async def hold(self, n: int) -> None:
+        """Hold ``n`` bytes of the budget: shrinking is immediate; growing releases what is held
+        and waits for the whole amount, so a waiting connection holds nothing."""
+        budget = self.budget
+        if budget is None or n == self.held:
+            return
+        if n < self.held:
+            budget.release(self.held - n)
+            self.held = n
+            return
+        if self.held:
+            budget.release(self.held)
+            self.held = 0
+        await budget.acquire(n)
+        self.held = min(n, budget.total)
 
 
 Handler = Callable[[Connection, "Listener"], Awaitable[None]]
@@ -34,16 +218,18 @@ Handler = Callable[[Connection, "Listener"], Awaitable[None]]
 
 class Listener:
     def __init__(self, name: str, host: str, port: int, handler: Handler, limits: ConnectionLimits,
-                 counter: list[int]) -> None:
+                 admission: Admission | None = None) -> None:
         self.name = name
         self.host = host
         self.port = port
         self.handler = handler
         self.limits = limits
-        self._counter = counter  # shared across listeners: [open connections]
+        self.admission = admission or Admission(limits)
+        self.admission.listeners.append(self)
         self.connections: set[Connection] = set()
         self.server: asyncio.Server | None = None
         self.draining = False
+        self.refused = 0
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._accept, self.host, self.port,
@@ -53,26 +239,40 @@ class Listener:
         log.info("listening", extra={"protocol": self.name, "host": self.host, "port": self.port})
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.draining or self._counter[0] >= self.limits.max_connections:
-            log.warning("refusing connection", extra={"protocol": self.name,
-                                                      "reason": "draining" if self.draining else "limit"})
+        adm = self.admission
+        conn = Connection(reader, writer, self.limits, adm.budget)
+        reason = "draining" if self.draining else adm.refusal(self, conn.ip)
+        if reason is not None:
+            self.refused += 1
+            if self.refused & (self.refused - 1) == 0:  # 1st, 2nd, 4th, 8th...: a flood is not a log flood
+                log.warning("refusing connection", extra={"protocol": self.name, "reason": reason,
+                                                          "peer": conn.peer, "refused": self.refused})
             writer.close()
             return
-        conn = Connection(reader, writer)
         conn.task = asyncio.current_task()
-        self._counter[0] += 1
+        adm.total += 1
+        adm.per_ip[conn.ip] += 1
         self.connections.add(conn)
         try:
             await self.handler(conn, self)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except TimeoutError:
+            log.info("closing connection: %s", "no complete request in time" if conn.requests == 0
+                     else "request not completed in time", extra={"protocol": self.name, "peer": conn.peer})
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("connection handler failed", extra={"protocol": self.name, "peer": conn.peer})
         finally:
             self.connections.discard(conn)
-            self._counter[0] -= 1
+            adm.total -= 1
+            adm.per_ip[conn.ip] -= 1
+            if adm.per_ip[conn.ip] <= 0:
+                del adm.per_ip[conn.ip]
+            if adm.budget is not None and conn.held:
+                adm.budget.release(conn.held)
+                conn.held = 0
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

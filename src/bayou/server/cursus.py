@@ -39,8 +39,8 @@ from bayou.errors import (
 from bayou.protocols.cursus import batch as cb
 from bayou.protocols.cursus import replies
 from bayou.protocols.cursus.commands import Command, classify, parse_int
-from bayou.protocols.cursus.compression import maybe_decompress
-from bayou.protocols.cursus.framing import KEEPALIVE, CursusError, FrameReader, encode_frame
+from bayou.protocols.cursus.compression import GZIP_MAGIC, LZ4_MAGIC, XERIAL_MAGIC, maybe_decompress
+from bayou.protocols.cursus.framing import KEEPALIVE, MAX_FRAME, CursusError, FrameReader, encode_frame
 from bayou.records.batch import HEADER_SIZE, assemble_batch, decode_records, iter_batches
 from bayou.records.cursus import (
     FORMAT_CURSUS,
@@ -53,6 +53,7 @@ from bayou.records.cursus import (
 from bayou.records.hashing import fnv1a_32
 from bayou.server.base import Connection, Listener
 from bayou.server.cursus_events import EventStore, SnapshotAhead, VersionConflict
+from bayou.server.workers import inflate_pool, run_in
 from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.cursus")
@@ -143,7 +144,8 @@ class CursusService:
 
     async def handle(self, body: bytes, state: ConnState, conn: Connection | None = None) -> Body:
         """One frame body -> the reply body or bodies (None: no reply). Raises CursusError to close."""
-        body = maybe_decompress(body)
+        if body.startswith(COMPRESSED_MAGICS):  # inflating is CPU work: off the loop (gzip bombs)
+            body = await run_in(inflate_pool(), maybe_decompress, body)
         item = classify(body)
         try:
             if isinstance(item, cb.BatchHead):
@@ -1076,6 +1078,7 @@ class CursusService:
 
 
 _SEQ = struct.Struct(">Q")
+COMPRESSED_MAGICS = (GZIP_MAGIC, XERIAL_MAGIC, LZ4_MAGIC)  # what maybe_decompress inflates
 
 
 def _iso(ms: int) -> str:
@@ -1084,10 +1087,10 @@ def _iso(ms: int) -> str:
 
 def cursus_handler(service: CursusService) -> Callable[[Connection, Listener], Awaitable[None]]:
     async def serve(conn: Connection, listener: Listener) -> None:
-        reader = FrameReader()
+        reader = FrameReader(listener.limits.frame_cap(MAX_FRAME))
         state = ConnState()
         while not listener.draining:
-            data = await conn.reader.read(listener.limits.read_size)
+            data = await conn.read(reader.pending)
             if not data:
                 return
             try:

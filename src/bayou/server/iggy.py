@@ -72,6 +72,10 @@ from bayou.protocols.iggy.codes import (
 from bayou.protocols.iggy.compressed import expand as expand_compressed
 from bayou.protocols.iggy.convert import micros, record_to_polled, send_to_records
 from bayou.protocols.iggy.framing import (
+    LOGIN_CAP,
+    MAX_LEGACY_PAYLOAD,
+    MAX_SEND_PAYLOAD,
+    MAX_VSR_FRAME,
     Dialect,
     IggyError,
     LegacyFrame,
@@ -122,6 +126,7 @@ from bayou.server.iggy_users import (
     hash_token,
 )
 from bayou.server.login_guard import LoginGuard, client_ip
+from bayou.server.workers import hash_pool, inflate_pool, run_in
 from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.iggy")
@@ -705,7 +710,7 @@ class IggyService:
     # -- sessions and users --------------------------------------------------------------------
 
     async def _authenticate(self, fn: Callable[..., User], *args: str) -> User:
-        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(hash_pool(), fn, *args)
 
     async def _guarded_login(self, s: Session, username: str, fn: Callable[..., User], *args: str) -> User:
         """A login attempt through the guard: after failures (on this connection or from this
@@ -789,8 +794,8 @@ class IggyService:
 
     async def _users_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(None, lambda: fn(*args, **kwargs))
+        try:  # user changes hash passwords: their own pool, not the one TANK's sendfile uses
+            return await loop.run_in_executor(hash_pool(), lambda: fn(*args, **kwargs))
         except UserStoreError as exc:
             raise IggyError(Status(exc.iggy_status), str(exc)) from None
 
@@ -1154,7 +1159,9 @@ class IggyService:
 
     async def _send_legacy(self, s: Session, payload: bytes) -> bytes:
         stream_id, topic_id, partitioning, count, pos = read_send_metadata(payload)
-        expanded = expand_compressed(payload, pos, count)
+        # a one-message send may be bayou's compressed envelope: inflated off the loop
+        expanded = (await run_in(inflate_pool(), expand_compressed, payload, pos, count)
+                    if count == 1 else None)
         if expanded is not None:  # bayou's compressed send: the real one, inflated
             payload = expanded
             stream_id, topic_id, partitioning, count, pos = read_send_metadata(payload)
@@ -1563,7 +1570,7 @@ async def _serve(service: IggyService, s: Session, conn: Connection, listener: L
     first = b""
     framing: Dialect | None = None
     while framing is None:
-        data = await conn.reader.read(listener.limits.read_size)
+        data = await conn.read(len(first))
         if not data:
             return
         first += data
@@ -1574,15 +1581,23 @@ async def _serve(service: IggyService, s: Session, conn: Connection, listener: L
     s.framing = framing
     if framing is Dialect.VSR:
         s.dialect = Dialect.VSR
+    cap = listener.limits.frame_cap
     reader: LegacyFrameReader | VsrFrameReader = (
-        VsrFrameReader() if framing is Dialect.VSR else LegacyFrameReader())
+        VsrFrameReader(cap(MAX_VSR_FRAME)) if framing is Dialect.VSR
+        else LegacyFrameReader(cap(MAX_LEGACY_PAYLOAD), cap(MAX_SEND_PAYLOAD)))
     data = first
     while True:
+        # Until a login, a frame larger than any login is refused from its header (design-document
+        # clients, served with seed_dialect, have no login).
+        reader.login_cap = None if s.user is not None or service.seed_dialect else LOGIN_CAP
         try:
             frames: list[Any] = reader.feed(data)
         except IggyError as exc:
             if framing is not Dialect.VSR:
                 conn.writer.write(encode_legacy_error(exc.status))
+                await conn.writer.drain()
+            elif exc.request is not None:
+                conn.writer.write(encode_vsr_error(exc.request, exc.status))
                 await conn.writer.drain()
             return
         for frame in frames:
@@ -1600,7 +1615,10 @@ async def _serve(service: IggyService, s: Session, conn: Connection, listener: L
                 return
         if listener.draining:
             return
-        data = await conn.reader.read(listener.limits.read_size)
+        if reader.deferred:  # a frame waited behind a login in the same data: judge it now
+            data = b""
+            continue
+        data = await conn.read(reader.pending)
         if not data:
             return
 

@@ -376,7 +376,7 @@ def rtes_handler(service: RtesService) -> Callable[[Connection, Listener], Await
     async def serve(conn: Connection, listener: Listener) -> None:
         reader = LineReader()
         while not listener.draining:
-            data = await conn.reader.read(listener.limits.read_size)
+            data = await conn.read(reader.pending)
             if not data:
                 last = reader.eof()
                 if last is not None:

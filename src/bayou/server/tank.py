@@ -36,7 +36,7 @@ from bayou.protocols.tank.codes import (
     TankError,
     consume_flag_for,
 )
-from bayou.protocols.tank.framing import PING_FRAME, FrameReader, frame_header
+from bayou.protocols.tank.framing import MAX_PAYLOAD, PING_FRAME, FrameReader, frame_header
 from bayou.server import zerocopy
 from bayou.server.base import Connection, Listener
 from bayou.server.tank_config import TankConfigError, parse_config, to_bayou, valid_topic_name
@@ -55,9 +55,7 @@ log = logging.getLogger("bayou.tank")
 
 VERSION = 400  # what TANK 4.0 reports in Status (major x 100 + minor)
 MAX_WAIT_MS = 3_600_000
-IDLE_FIRST_REQUEST_S = 16.0
 TOPIC_UNKNOWN = 0xFF
-PRODUCE_AFTER_WAKEUP_S = 0.05
 
 
 def normalise_max_wait(ms: int) -> float:
@@ -75,13 +73,47 @@ Entry = tuple[m.ConsumePartitionResult, Chunk | None, bool]  # (header entry, ch
 Answers = list[tuple[Any, list[Entry]]]
 
 
+class Poll:
+    """A consume waiting at the end of its partitions, as a Produce on the same connection sees it.
+
+    ``armed`` are the partitions' data waiters of the current wait. While the poll is not waiting
+    on them, or one of them has fired, it is deciding whether to answer: a Produce waits for that
+    decision (``settled``), so a consume that its append woke is answered first (tank.md §1,
+    ``bm_p2c_default``) and one that keeps waiting (min bytes not reached) holds nothing back.
+    """
+
+    def __init__(self) -> None:
+        self.armed: list[asyncio.Future[None]] = []
+        self.waiting = False
+        self._watchers: list[asyncio.Future[None]] = []
+
+    def deciding(self) -> bool:
+        return not self.waiting or any(f.done() for f in self.armed)
+
+    def settle(self) -> None:
+        watchers, self._watchers = self._watchers, []
+        for w in watchers:
+            if not w.done():
+                w.set_result(None)
+
+    def settled(self) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._watchers.append(fut)
+        return fut
+
+
 class TankConnection:
     """One client: its writer lock and the consumes it has waiting."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.lock = asyncio.Lock()
-        self.polls: set[asyncio.Task[None]] = set()
+        self.polls: dict[asyncio.Task[None], Poll] = {}
+
+    async def woken_polls_answered(self) -> None:
+        """Return once no waiting consume of this connection is deciding whether to answer."""
+        while deciding := [p.settled() for t, p in self.polls.items() if not t.done() and p.deciding()]:
+            await asyncio.wait(deciding)
 
     async def send(self, msg_id: int, payload: bytes) -> None:
         async with self.lock:
@@ -132,10 +164,8 @@ class TankService:
             errors = tuple(ProduceError.OTHER_LEADER if isinstance(o, m.Endpoint) else o for o in outcomes)
             leaders = tuple(o for o in outcomes if isinstance(o, m.Endpoint))
             results.append(m.ProduceTopicResult(errors=errors, leaders=leaders))
-        if c.polls:
-            # A consume of this connection that the append woke is answered first, as TANK does
-            # (§1); one that keeps waiting (min bytes not reached) does not hold the ack back long.
-            await asyncio.wait(set(c.polls), timeout=PRODUCE_AFTER_WAKEUP_S)
+        if c.polls:  # a consume of this connection that the append woke is answered first (§1)
+            await c.woken_polls_answered()
         await self._reply(c, m.ProduceResponse(req.request_id, tuple(results)))
 
     # -- consume -------------------------------------------------------------------------------
@@ -189,44 +219,63 @@ class TankService:
         if immediate:
             await self._send_consume(c, req, answers)
             return
-        task = asyncio.get_running_loop().create_task(self._long_poll(c, req, answers))
-        c.polls.add(task)
-        task.add_done_callback(c.polls.discard)
+        poll = Poll()
+        task = asyncio.get_running_loop().create_task(self._long_poll(c, req, answers, poll))
+        c.polls[task] = poll
+        task.add_done_callback(lambda t: c.polls.pop(t, None))
 
     async def _long_poll(self, c: TankConnection, req: m.Consume | m.ConsumePeer,
-                         answers: Answers) -> None:
+                         answers: Answers, poll: Poll) -> None:
+        try:
+            await self._wait_and_answer(c, req, answers, poll)
+        finally:
+            poll.waiting = True
+            poll.armed = []
+            poll.settle()
+
+    async def _wait_and_answer(self, c: TankConnection, req: m.Consume | m.ConsumePeer,
+                               answers: Answers, poll: Poll) -> None:
         """Every requested partition is at its end: wait for appends worth ``min_bytes`` (§5.6)."""
         deadline = time.monotonic() + normalise_max_wait(req.max_wait)
         min_bytes = min(req.min_bytes, MAX_FETCH)
         starts = {(t.name, r.partition): r.hwmark for t, entries in answers for r, _c, _e in entries}
         while True:
-            grown: dict[tuple[str, int], Chunk] = {}
-            total = 0
-            for (topic, p), last in starts.items():
-                if topic not in self.broker.topics or p >= self.broker.partition_count(topic):
-                    continue
-                if last_assigned(self.broker, topic, p) > last:
-                    try:
-                        chunk = await read_chunk(self.broker, topic, p, last + 1, MAX_FETCH)
-                    except StorageError:  # answered by the next consume (0xfb)
+            # The partitions' waiters are registered before their ends are read, so an append
+            # between the check and the wait (a produce pipelined behind this consume) wakes it.
+            parts = [self.broker.partition(t, p) for (t, p) in starts
+                     if t in self.broker.topics and p < self.broker.partition_count(t)]
+            poll.waiting = False
+            poll.armed = [part.data_waiter() for part in parts]
+            try:
+                grown: dict[tuple[str, int], Chunk] = {}
+                total = 0
+                for (topic, p), last in starts.items():
+                    if topic not in self.broker.topics or p >= self.broker.partition_count(topic):
                         continue
-                    if chunk.length:
-                        grown[(topic, p)] = chunk
-                        total += chunk.length
-            left = deadline - time.monotonic()
-            if grown and (total >= min_bytes or min_bytes == 0 or left <= 0):
-                break
-            if left <= 0 or self.broker.closing:
-                grown = {}
-                break
-            waits = [asyncio.ensure_future(self.broker.partition(t, p).wait_for_data(left))
-                     for (t, p) in starts if t in self.broker.topics and p < self.broker.partition_count(t)]
-            if not waits:
-                await asyncio.sleep(left)
-                continue
-            _done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for w in pending:
-                w.cancel()
+                    if last_assigned(self.broker, topic, p) > last:
+                        try:
+                            chunk = await read_chunk(self.broker, topic, p, last + 1, MAX_FETCH)
+                        except StorageError:  # answered by the next consume (0xfb)
+                            continue
+                        if chunk.length:
+                            grown[(topic, p)] = chunk
+                            total += chunk.length
+                left = deadline - time.monotonic()
+                if grown and (total >= min_bytes or min_bytes == 0 or left <= 0):
+                    break
+                if left <= 0 or self.broker.closing:
+                    grown = {}
+                    break
+                poll.waiting = True
+                poll.settle()
+                if poll.armed:
+                    await asyncio.wait(poll.armed, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                else:
+                    await asyncio.sleep(left)
+            finally:
+                for part, fut in zip(parts, poll.armed, strict=True):
+                    part.forget_waiter(fut)
+                    fut.cancel()
         out: Answers = []
         for t, entries in answers:
             rows: list[Entry] = []
@@ -359,25 +408,17 @@ def tank_handler(service: TankService) -> Callable[[Connection, Listener], Await
         zerocopy.prepare(conn.writer)
         c = TankConnection(conn)
         conn.writer.write(PING_FRAME)  # once, on accept (§1)
-        reader = FrameReader()
-        requested = False
+        reader = FrameReader(listener.limits.frame_cap(MAX_PAYLOAD))
         try:
             while not listener.draining:
-                try:
-                    if requested:
-                        data = await conn.reader.read(listener.limits.read_size)
-                    else:  # a connection that never sends a request is closed after ~16 s
-                        data = await asyncio.wait_for(conn.reader.read(listener.limits.read_size),
-                                                      IDLE_FIRST_REQUEST_S)
-                except TimeoutError:
-                    return
+                # a connection that never sends a request is closed after idle_timeout_s (TANK: 16 s)
+                data = await conn.read(reader.pending)
                 if not data:
                     return
                 try:
                     frames = reader.feed(data)
                     for frame in frames:
                         req = codec.decode_request(frame.msg_id, frame.payload)
-                        requested = True
                         conn.busy += 1
                         try:
                             await service.handle(c, req)

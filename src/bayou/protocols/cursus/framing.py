@@ -50,6 +50,14 @@ class FrameReader:
         """Bytes held for a frame not yet complete (0 at a frame boundary)."""
         return len(self._buf)
 
+    @property
+    def pending(self) -> int:
+        """Bytes the frame in progress will occupy, from its length prefix once that is in (else
+        what is held): what a server reserves of its memory budget before reading on."""
+        if len(self._buf) >= 4:
+            return 4 + int(_U32.unpack_from(self._buf)[0])
+        return len(self._buf)
+
     def feed(self, data: bytes) -> list[bytes]:
         if self.overflowed:
             raise CursusError(None, close=True)

@@ -35,6 +35,7 @@ HEADER_SIZE = 256
 MAX_LEGACY_PAYLOAD = 10 * 1024 * 1024  # the 0.8 server's cap on non-SEND payloads (B.1)
 MAX_SEND_PAYLOAD = 128 * 1024 * 1024  # bayou's cap on one SEND_MESSAGES frame (0.8 had none)
 MAX_VSR_FRAME = 128 * 1024 * 1024
+LOGIN_CAP = 64 * 1024  # the largest payload a connection that has not logged in may send
 
 COMMAND_REQUEST = 5
 COMMAND_REPLY = 8
@@ -55,12 +56,13 @@ class IggyError(Exception):
     """
 
     def __init__(self, status: Status, message: str, *, close: bool = False,
-                 eviction: EvictionReason | None = None) -> None:
+                 eviction: EvictionReason | None = None, request: RequestHeader | None = None) -> None:
         super().__init__(f"{status.name} ({int(status)}): {message}")
         self.status = status
         self.message = message
         self.close = close
         self.eviction = eviction
+        self.request = request  # V: the header of the refused request, to answer it
 
 
 class Dialect(enum.Enum):
@@ -130,17 +132,31 @@ class LegacyFrameReader:
     for SEND_MESSAGES), raises ``IggyError(INVALID_COMMAND, close=True)``: the stream cannot be
     resynchronised. Frames completed before the bad header are returned first; the next call
     raises.
+
+    ``login_cap`` (set by a server while the connection has not logged in) refuses a larger
+    payload from its header alone with ``UNAUTHENTICATED``, before any of it is buffered. A frame
+    behind a complete one in the same data is not judged until the caller has served that one
+    (a pipelined login): ``deferred`` is then set and the caller feeds ``b""`` again.
     """
 
     def __init__(self, max_payload: int = MAX_LEGACY_PAYLOAD, max_send_payload: int = MAX_SEND_PAYLOAD
                  ) -> None:
         self.max_payload = max_payload
         self.max_send_payload = max_send_payload
+        self.login_cap: int | None = None
+        self.deferred = False
         self._buf = bytearray()
         self._failed: IggyError | None = None
 
     @property
     def buffered(self) -> int:
+        return len(self._buf)
+
+    @property
+    def pending(self) -> int:
+        """Bytes the frame in progress will occupy, from its header once that is in."""
+        if len(self._buf) >= 4:
+            return 4 + int(_U32.unpack_from(self._buf)[0])
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[LegacyFrame]:
@@ -151,11 +167,18 @@ class LegacyFrameReader:
         frames: list[LegacyFrame] = []
         pos = 0
         n = len(buf)
+        self.deferred = False
         while n - pos >= 4:
             (length,) = _U32.unpack_from(buf, pos)
             if length < 4:
                 return self._fail(frames, pos, IggyError(
                     Status.INVALID_COMMAND, f"frame length {length} is below 4", close=True))
+            if self.login_cap is not None and length - 4 > self.login_cap:
+                if frames:
+                    self.deferred = True
+                    break
+                return self._fail(frames, pos, IggyError(
+                    Status.UNAUTHENTICATED, f"payload of {length - 4} bytes before a login", close=True))
             if n - pos < 8:
                 break
             (code,) = _U32.unpack_from(buf, pos + 4)
@@ -299,15 +322,25 @@ class VsrFrame:
 class VsrFrameReader:
     """Splits a V byte stream into ``VsrFrame``s (C.1): a 256-byte header whose ``size`` at offset
     48 covers header and body. A size below 256 or above ``max_frame``, or a command byte other than
-    5 (Request), raises ``IggyError(close=True)``: D.2 says close the connection."""
+    5 (Request), raises ``IggyError(close=True)``: D.2 says close the connection. ``login_cap``
+    and ``deferred`` work as in ``LegacyFrameReader`` (the error carries the refused header)."""
 
     def __init__(self, max_frame: int = MAX_VSR_FRAME) -> None:
         self.max_frame = max_frame
+        self.login_cap: int | None = None
+        self.deferred = False
         self._buf = bytearray()
         self._failed: IggyError | None = None
 
     @property
     def buffered(self) -> int:
+        return len(self._buf)
+
+    @property
+    def pending(self) -> int:
+        """Bytes the frame in progress will occupy, from its header once its size field is in."""
+        if len(self._buf) >= 52:
+            return max(HEADER_SIZE, int(_U32.unpack_from(self._buf, 48)[0]))
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[VsrFrame]:
@@ -318,13 +351,23 @@ class VsrFrameReader:
         frames: list[VsrFrame] = []
         pos = 0
         n = len(buf)
+        self.deferred = False
         while n - pos >= HEADER_SIZE:
             (size,) = _U32.unpack_from(buf, pos + 48)
             problem = None
-            if size < HEADER_SIZE or size > self.max_frame:
-                problem = f"frame size {size} outside {HEADER_SIZE}..{self.max_frame}"
-            elif buf[pos + 60] != COMMAND_REQUEST:
+            if buf[pos + 60] != COMMAND_REQUEST:
                 problem = f"header command {buf[pos + 60]} is not Request (5)"
+            elif size >= HEADER_SIZE and self.login_cap is not None and size - HEADER_SIZE > self.login_cap:
+                if frames:
+                    self.deferred = True
+                    break
+                self._failed = IggyError(Status.UNAUTHENTICATED,
+                                         f"body of {size - HEADER_SIZE} bytes before a login",
+                                         close=True, request=RequestHeader.decode(buf, pos))
+                self._buf = bytearray()
+                raise self._failed
+            elif size < HEADER_SIZE or size > self.max_frame:
+                problem = f"frame size {size} outside {HEADER_SIZE}..{self.max_frame}"
             if problem is not None:
                 self._failed = IggyError(Status.INVALID_COMMAND, problem, close=True)
                 self._buf = bytearray()

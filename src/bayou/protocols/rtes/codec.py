@@ -61,6 +61,11 @@ class LineReader:
         self._scan_from = 0
         self.overflowed = False
 
+    @property
+    def pending(self) -> int:
+        """Bytes held of a line not yet complete."""
+        return len(self._buf)
+
     def feed(self, data: bytes) -> list[bytes]:
         """Complete lines in arrival order. Raises LineTooLong once a line exceeds the cap; lines
         completed before the over-long one are returned first (the next call raises)."""

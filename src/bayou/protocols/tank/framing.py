@@ -48,6 +48,14 @@ class FrameReader:
         """Bytes held for a frame not yet complete (0 at a frame boundary)."""
         return len(self._buf)
 
+    @property
+    def pending(self) -> int:
+        """Bytes the frame in progress will occupy, from its header once that is in (else what is
+        held): what a server reserves of its memory budget before reading on."""
+        if len(self._buf) >= HEADER_SIZE:
+            return HEADER_SIZE + int(HEADER.unpack_from(self._buf)[1])
+        return len(self._buf)
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         if self._failed is not None:
             raise self._failed
