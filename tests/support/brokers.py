@@ -106,6 +106,8 @@ class BrokerProcess:
                 time.sleep(0.05)
         if not ports:
             return self
+        self.proc.kill()  # a broker that never came up must not outlive the test
+        self.proc.wait(10)
         raise TimeoutError(f"broker did not listen on {ports[0]}: {self.log()}")
 
     def _off(self, name: str) -> bool:
