@@ -137,16 +137,19 @@ async def test_acks_all_wait_does_not_block_other_connections(server: BayouServe
     try:
         start = time.monotonic()
         await conn.send("V1|1|PRODUCE|orders a:waiting acks=all")
-        await asyncio.sleep(0.1)  # the produce is now waiting for followers that never come
+        reply = asyncio.ensure_future(conn.recv(timeout=10))
+        # the record is appended (and visible: hw = last offset, rtes.md 6.2) while the produce
+        # waits for followers that never come; the other connection is served meanwhile
+        deadline = time.monotonic() + 5
+        while (got := await other.ask("V1|c|CONSUME|orders 1 0")) != "V1|c|OK|messages=0:waiting hw=0":
+            assert time.monotonic() < deadline, got
+            await asyncio.sleep(0.01)
         for i in range(5):
-            t = time.monotonic()
             assert await other.ask(f"V1|p{i}|PING|") == f"V1|p{i}|OK"
-            assert time.monotonic() - t < 0.5, "PING was blocked by another connection's acks=all wait"
-        assert await other.ask("V1|c|CONSUME|orders 1 0") == "V1|c|OK|messages=0:waiting hw=0"
-        assert time.monotonic() - start < 1.0
-        assert await conn.recv(timeout=5) == b"V1|1|ERR|REPLICATION_TIMEOUT|acks=all timeout"
+        assert not reply.done(), "the other connection was served only after the acks=all wait"
+        assert await reply == b"V1|1|ERR|REPLICATION_TIMEOUT|acks=all timeout"
         elapsed = time.monotonic() - start
-        assert 1.9 <= elapsed < 3.5, elapsed
+        assert elapsed >= 1.9, elapsed  # it waited the ack-all timeout (2 s)
         # The record stays appended and the connection keeps working.
         assert await conn.ask("V1|2|PRODUCE|orders a:next") == "V1|2|OK|partition=1 offset=1 hw=1"
     finally:
