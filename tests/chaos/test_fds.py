@@ -11,6 +11,7 @@ import asyncio
 import os
 import resource
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -68,7 +69,8 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     try:
         yield b
     finally:
-        b.stop()
+        if b.proc is not None and b.proc.poll() is None:
+            b.kill(signal.SIGTERM, timeout=300)  # 20,000 partitions take a while on a busy machine
 
 
 async def ask(port: int, *lines: str, timeout: float = 120.0) -> list[str]:
@@ -154,14 +156,18 @@ def shm_dir() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.timeout(900)
 def test_fifty_thousand_partitions_start_and_serve(shm_dir: Path) -> None:
+    """Start-up costs about 0.7 ms of Python per partition (35 s for 50,000) on an idle core of the
+    test machine, two to three times that when the machine is shared: the deadlines are wide,
+    the figures are printed."""
     data = shm_dir / "data"
     t0 = time.monotonic()
     _build_wide_data_dir(data, 5, 10_000)
     built = time.monotonic() - t0
     b = BrokerProcess(data, fsync="never")
     t0 = time.monotonic()
-    b.start(timeout=120)
+    b.start(timeout=600)
     started = time.monotonic() - t0
     try:
         assert b.proc is not None
@@ -176,6 +182,9 @@ def test_fifty_thousand_partitions_start_and_serve(shm_dir: Path) -> None:
         again = asyncio.run(ask(b.port, f"V1|3|CONSUME|big3 {p} 0"))[0]
         assert again.startswith("V1|3|OK") and "fresh" in again, again
         assert accepts(b.port)
+        t0 = time.monotonic()
+        assert b.kill(signal.SIGTERM, timeout=600) == 0
+        print(f"50,000 partitions: stopped in {time.monotonic() - t0:.1f} s")
     finally:
         b.stop()
 
