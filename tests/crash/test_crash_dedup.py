@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -96,7 +97,11 @@ async def test_deduplication_state_survives_sigkill(tmp_path: Path) -> None:
             acked: list[int] = []
             task = asyncio.create_task(produce_until_killed(broker.iggy_port, producer, partition,
                                                             attempted, acked))
-            await asyncio.sleep(rng.uniform(0.3, 0.8))
+            deadline = time.monotonic() + 30  # production under way (a loaded machine is slow to start)
+            while not acked:
+                assert time.monotonic() < deadline and not task.done(), "nothing was acknowledged"
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(rng.uniform(0.0, 0.5))  # then a random point of the production
             await asyncio.to_thread(broker.kill)  # SIGKILL mid-production
             await asyncio.wait_for(task, 15)
             assert acked, "nothing was acknowledged before the kill"
