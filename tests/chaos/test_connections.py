@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -25,25 +23,10 @@ IDLE_S = 1.0
 REQUEST_S = 1.5
 
 
-def _listening(b: BrokerProcess, timeout: float = 20.0) -> BrokerProcess:
-    """``BrokerProcess.start`` waits for the V1 port only: wait for every listener."""
-    deadline = time.monotonic() + timeout
-    for port in (b.port, b.cursus_port, b.iggy_port, b.tank_port):
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-    return b
-
-
 def _broker(tmp_path: Path, **limits: int | float) -> Iterator[BrokerProcess]:
     conf = tmp_path / "bayou.toml"
     conf.write_text("".join(f"{k} = {v}\n" for k, v in limits.items()))
-    broker = _listening(BrokerProcess(tmp_path / "data", "--config", str(conf), fsync="never").start())
+    broker = BrokerProcess(tmp_path / "data", "--config", str(conf), fsync="never").start()
     try:
         yield broker
     finally:

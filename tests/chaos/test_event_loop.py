@@ -10,10 +10,8 @@ seconds, a free one in milliseconds) so a busy CI machine does not fail it.
 from __future__ import annotations
 
 import asyncio
-import socket
 import statistics
 import struct
-import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,24 +31,9 @@ def _gzip_bomb(inflated: int) -> bytes:
     return b"".join(out) + c.flush()
 
 
-def _listening(b: BrokerProcess, timeout: float = 20.0) -> BrokerProcess:
-    """``BrokerProcess.start`` waits for the V1 port only: wait for every listener."""
-    deadline = time.monotonic() + timeout
-    for port in (b.port, b.cursus_port, b.iggy_port, b.tank_port):
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-    return b
-
-
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = _listening(BrokerProcess(tmp_path / "data", fsync="never").start())
+    b = BrokerProcess(tmp_path / "data", fsync="never").start()
     try:
         yield b
     finally:

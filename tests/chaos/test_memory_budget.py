@@ -8,9 +8,7 @@ sent: what the broker holds for it is what the budget counts.
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,26 +28,11 @@ MiB = 1024 * 1024
 BUDGET = 4 * MiB
 
 
-def _listening(b: BrokerProcess, timeout: float = 20.0) -> BrokerProcess:
-    """``BrokerProcess.start`` waits for the V1 port only: wait for every listener."""
-    deadline = time.monotonic() + timeout
-    for port in (b.port, b.cursus_port, b.iggy_port, b.tank_port):
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-    return b
-
-
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     conf = tmp_path / "bayou.toml"
     conf.write_text(f"max_inflight_bytes = {BUDGET}\n")
-    b = _listening(BrokerProcess(tmp_path / "data", "--config", str(conf), fsync="never").start())
+    b = BrokerProcess(tmp_path / "data", "--config", str(conf), fsync="never").start()
     try:
         yield b
     finally:
