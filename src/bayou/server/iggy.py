@@ -70,7 +70,7 @@ from bayou.protocols.iggy.codes import (
     status_for,
 )
 from bayou.protocols.iggy.compressed import expand as expand_compressed
-from bayou.protocols.iggy.convert import micros, record_to_polled, send_to_records
+from bayou.protocols.iggy.convert import ENVELOPE_CLIENT, micros, record_to_polled, send_to_records
 from bayou.protocols.iggy.framing import (
     LOGIN_CAP,
     MAX_LEGACY_PAYLOAD,
@@ -191,6 +191,7 @@ class Session:
     conn: Connection | None = None
     login_failures: int = 0
     token_hash: str | None = None  # the personal access token it logged in with, if any
+    envelopes: bool = False  # bayou's SDK (its login version): served record envelopes
 
     @property
     def member(self) -> str:
@@ -743,6 +744,7 @@ class IggyService:
             s.user = await self._guarded_login(s, req.username, self.users.authenticate, req.username,
                                                req.password)
             s.token_hash = None
+            s.envelopes = (req.version or "").startswith(ENVELOPE_CLIENT)
         except AuthFailure as exc:
             raise IggyError(Status(exc.iggy_status), "login refused") from None
         log.info("iggy login", extra={"client": s.client_id, "user": s.user.username})
@@ -1331,7 +1333,7 @@ class IggyService:
         if req.count == 0 or start >= hw:
             return POLL_PREFIX.pack(out_pid, current, 0)
         parts, count, last = await self._read(topic.topic, p, out_pid, start, req.count, hw, dialect,
-                                              not_before_us, remote=remote)
+                                              not_before_us, remote=remote, envelope=s.envelopes)
         if req.auto_commit and count:
             await self.broker.commit_offset(key, topic.topic, p, last + 1)
         if dialect is Dialect.SEED:
@@ -1340,8 +1342,8 @@ class IggyService:
         return POLL_PREFIX.pack(out_pid, current, count) + b"".join(parts)
 
     async def _read(self, topic: str, p: int, out_pid: int, start: int, count: int, hw: int,
-                    dialect: Dialect, not_before_us: int, *, remote: bool = False
-                    ) -> tuple[list[Any], int, int]:
+                    dialect: Dialect, not_before_us: int, *, remote: bool = False,
+                    envelope: bool = False) -> tuple[list[Any], int, int]:
         """Up to ``count`` messages from ``start``: reply parts (bytes for L and V, PolledMessage
         for D), how many, and the last offset. ``remote``: read at the partition's leader."""
         parts: list[Any] = []
@@ -1387,12 +1389,12 @@ class IggyService:
                             parts.extend(legacy_messages(data, positions, i0, i1, base_offset=h.base_offset,
                                                          append_us=append, origin_base=h.producer_id))
                     else:
-                        parts.extend(record_to_polled(rec, timestamp=append)
+                        parts.extend(record_to_polled(rec, timestamp=append, envelope=envelope)
                                      for rec in decode_records(data, pos)[i0:i1])
                     taken += i1 - i0
                     last = hi - 1
                 else:
-                    polled = [record_to_polled(rec, timestamp=micros(rec.timestamp))
+                    polled = [record_to_polled(rec, timestamp=micros(rec.timestamp), envelope=envelope)
                               for rec in decode_records(data, pos)
                               if lo <= rec.offset < hi and micros(rec.timestamp) >= not_before_us]
                     if polled:

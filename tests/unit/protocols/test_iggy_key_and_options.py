@@ -71,6 +71,10 @@ def test_a_record_key_is_polled_as_the_first_header_once() -> None:
     polled = record_to_polled(Record(b"v", b"", 5, (("bayou.key", b"h"),)), timestamp=1)
     assert polled.headers == (m.UserHeader(b"bayou.key", b"h", STR, RAW),)
     polled = record_to_polled(Record(b"v", b"k" * 256, 5, (("bayou.key", b"h"),)), timestamp=1)
+    assert polled.headers == (m.UserHeader(b"bayou.key", b"h", STR, RAW),)  # a plain Iggy client
+    assert polled.payload == b"v"
+    polled = record_to_polled(Record(b"v", b"k" * 256, 5, (("bayou.key", b"h"),)), timestamp=1,
+                              envelope=True)  # bayou's SDK
     assert polled.headers == (m.UserHeader(b"bayou.record", b"\x01", STR, RAW),)
     assert record_to_polled(Record(b"v", b"k" * 255, 5), timestamp=1).headers == (
         m.UserHeader(b"bayou.key", b"k" * 255, STR, RAW),)

@@ -140,9 +140,17 @@ def micros(ms: int) -> int:
     return min(max(ms, 0) * 1000, U64_MAX)
 
 
-def record_to_polled(record: Record, *, timestamp: int, offset: int | None = None) -> PolledMessage:
+# The login version string bayou's SDK sends: only such sessions are served record envelopes.
+ENVELOPE_CLIENT = "bayou-sdk"
+
+
+def record_to_polled(record: Record, *, timestamp: int, offset: int | None = None,
+                     envelope: bool = False) -> PolledMessage:
     """A stored record as a polled Iggy message. ``timestamp`` is the server append time in
-    microseconds (Iggy reports one per batch); ``offset`` defaults to ``record.offset``."""
+    microseconds (Iggy reports one per batch); ``offset`` defaults to ``record.offset``. What Iggy
+    cannot carry (a key over 255 bytes, a header it cannot hold) is left out for a plain Iggy
+    client, whose payload stays the value; with ``envelope`` (a session of bayou's SDK) the whole
+    record travels, exactly, in bayou's envelope instead."""
     origin = micros(record.timestamp)
     headers: list[UserHeader] = []
     kh = None if not record.key else key_header(record.key)
@@ -160,7 +168,7 @@ def record_to_polled(record: Record, *, timestamp: int, offset: int | None = Non
         if h is not None and not (kh is not None and h.key == KEY_HEADER and h.key_kind == HeaderKind.STRING):
             headers.append(h)
     payload = record.value
-    if not fits:  # the whole record, exactly, in bayou's envelope
+    if not fits and envelope:  # the whole record, exactly, in bayou's envelope
         payload = encode_envelope(record.key, record.value,
                                   [(n, v) for n, v in record.headers if not n.startswith(PREFIX)])
         headers = [ENVELOPE]
