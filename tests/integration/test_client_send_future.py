@@ -4,7 +4,6 @@ flush (as kafka-python's and aiokafka's do)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Iterator
 
@@ -17,24 +16,10 @@ from support.brokers import BrokerProcess
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("future") / "data", fsync="never").start()
-    wait_listening(b.iggy_port)
     try:
         yield b
     finally:
         assert b.stop() == 0, b.log()
-
-
-def wait_listening(port: int, timeout: float = 20.0) -> None:
-    """The broker's listeners start one after another: wait for this one too."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def _boot(b: BrokerProcess) -> str:
