@@ -23,17 +23,11 @@ import pytest
 from bayou.protocols.tank import messages as tm
 from bayou.protocols.tank.bundles import TankMessage, encode_bundle
 from bayou.records.hashing import fnv1a_32
-from support.cluster import Cluster, Producer, consume_all, running_cluster, running_zookeeper, v1
+from support.cluster import Cluster, Producer, consume_all, running_cluster, v1
 from support.tank import TankConn
 from support.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as zk:
-        yield zk
 
 
 @pytest.fixture

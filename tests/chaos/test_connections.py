@@ -17,6 +17,9 @@ import pytest
 from bayou.protocols.tank import messages as tm
 from support.brokers import BrokerProcess, LineConn
 from support.iggy import legacy_login
+from support.sockets import closed_within as _closed_within
+from support.sockets import connect as _connect
+from support.sockets import slowloris
 from support.tank import TankConn
 
 IDLE_S = 1.0
@@ -42,34 +45,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 def small(tmp_path: Path) -> Iterator[BrokerProcess]:
     """Few slots, and idle connections kept long enough to hold them."""
     yield from _broker(tmp_path, max_connections=60, listener_reserve=8, max_connections_per_ip=10)
-
-
-async def _connect(port: int, source: str = "127.0.0.1") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 20
-    while True:
-        try:
-            return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
-        except OSError:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.05)
-
-
-async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
-    """True when the server closes the connection within ``seconds`` (anything it sends, such as
-    TANK's ping, is read and dropped)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    try:
-        while (left := deadline - loop.time()) > 0:
-            if not await asyncio.wait_for(reader.read(1 << 16), left):
-                return True
-    except ConnectionError:
-        return True
-    except TimeoutError:
-        return False
-    return False
 
 
 @contextlib.asynccontextmanager
@@ -108,18 +83,7 @@ SLOW_PREFIX = {  # the start of a valid request of each protocol, never complete
 async def test_slowloris_first_request_is_closed(broker: BrokerProcess, protocol: str) -> None:
     """One byte every 0.5 s: never a complete request, so the idle deadline closes it."""
     reader, writer = await _connect(_ports(broker)[protocol])
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    closed = False
-    with contextlib.suppress(ConnectionError):
-        for byte in SLOW_PREFIX[protocol]:
-            writer.write(bytes([byte]))
-            await writer.drain()
-            if await _closed_within(reader, 0.5):
-                closed = True
-                break
-            assert loop.time() - start < IDLE_S + 10, "still open long after the idle deadline"
-    assert closed
+    assert await slowloris(reader, writer, SLOW_PREFIX[protocol], IDLE_S + 10)
     writer.close()
 
 
@@ -130,16 +94,7 @@ async def test_slowloris_after_a_request_is_closed_and_an_idle_client_kept(broke
     assert await idle.ask("V1|b|PING|") == "V1|b|OK"
     loop = asyncio.get_running_loop()
     start = loop.time()
-    closed = False
-    with contextlib.suppress(ConnectionError):
-        for byte in b"V1|c|PRODUCE|t|k|" + b"v" * 100:
-            slow.writer.write(bytes([byte]))
-            await slow.writer.drain()
-            if await _closed_within(slow.reader, 0.5):
-                closed = True
-                break
-            assert loop.time() - start < REQUEST_S + 10
-    assert closed
+    assert await slowloris(slow.reader, slow.writer, b"V1|c|PRODUCE|t|k|" + b"v" * 100, REQUEST_S + 10)
     # the other one sat idle between requests all along (past both deadlines): still served
     assert loop.time() - start > max(IDLE_S, REQUEST_S)
     assert await idle.ask("V1|d|PING|") == "V1|d|OK"

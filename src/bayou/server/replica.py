@@ -12,11 +12,12 @@ from collections.abc import Awaitable, Callable
 from bayou.broker.cluster.node import ClusterNode
 from bayou.protocols.replica.codec import (
     AUTH_FRAME_MAX,
-    HEADER_SIZE,
+    MAX_FRAME,
     NONCE_SIZE,
     Auth,
     Challenge,
     Fetch,
+    Message,
     Produce,
     ReplicaProtocolError,
     auth_ok,
@@ -29,59 +30,75 @@ log = logging.getLogger("bayou.replica")
 AUTH_TIMEOUT_S = 10.0
 
 
-async def _authenticate(conn: Connection, secret: str) -> bool:
+async def _next_frame(conn: Connection, buf: bytearray, cap: int) -> Message | None:
+    """The next frame from the peer (None at EOF), read through ``Connection.read`` so the idle
+    and request deadlines and the byte budget apply; a frame declared longer than ``cap`` is
+    refused from its header (``ReplicaProtocolError``) before its body is read."""
+    while True:
+        if len(buf) >= 4:
+            length = int.from_bytes(buf[:4], "big")
+            if length > cap:
+                raise ReplicaProtocolError(f"a frame of {length} bytes (at most {cap})")
+            pending = 4 + length
+        else:
+            pending = len(buf)
+        decoded = decode(buf)
+        if decoded is not None:
+            msg, used = decoded
+            del buf[:used]
+            return msg
+        data = await conn.read(pending)
+        if not data:
+            return None
+        buf += data
+
+
+async def _authenticate(conn: Connection, buf: bytearray, secret: str) -> bool:
     """The cluster's shared secret: challenge the peer, which must answer with the HMAC of the
     nonce before anything else (a frame longer than that answer is not even read)."""
     nonce = os.urandom(NONCE_SIZE)
     conn.writer.write(encode(Challenge(nonce)))
     await conn.writer.drain()
     try:
-        head = await asyncio.wait_for(conn.reader.readexactly(HEADER_SIZE), AUTH_TIMEOUT_S)
-        length = int.from_bytes(head[:4], "big")
-        if length > AUTH_FRAME_MAX:
-            raise ReplicaProtocolError(f"a frame of {length} bytes before AUTH")
-        body = await asyncio.wait_for(conn.reader.readexactly(length - 1), AUTH_TIMEOUT_S)
-        decoded = decode(head + body)
-        ok = decoded is not None and isinstance(decoded[0], Auth) and auth_ok(secret, nonce, decoded[0])
-    except (TimeoutError, asyncio.IncompleteReadError, ReplicaProtocolError) as exc:
+        async with asyncio.timeout(AUTH_TIMEOUT_S):
+            msg = await _next_frame(conn, buf, AUTH_FRAME_MAX)
+        ok = isinstance(msg, Auth) and auth_ok(secret, nonce, msg)
+    except (TimeoutError, ReplicaProtocolError) as exc:
         log.warning("refused a replication connection: %s", exc or type(exc).__name__,
                     extra={"peer": conn.peer})
         return False
     if not ok:
         log.warning("refused a replication connection: wrong cluster secret", extra={"peer": conn.peer})
+    else:
+        conn.busy += 1  # a complete request: the connection is past its idle deadline
+        conn.busy -= 1
     return ok
 
 
 def replica_handler(node: ClusterNode) -> Callable[[Connection, Listener], Awaitable[None]]:
     async def serve(conn: Connection, listener: Listener) -> None:
-        if node.secret is not None and not await _authenticate(conn, node.secret):
-            return
         buf = bytearray()
+        if node.secret is not None and not await _authenticate(conn, buf, node.secret):
+            return
+        cap = listener.limits.frame_cap(MAX_FRAME)
         while not listener.draining:
-            data = await conn.reader.read(listener.limits.read_size)
-            if not data:
+            try:
+                msg = await _next_frame(conn, buf, cap)
+            except ReplicaProtocolError as exc:
+                log.info("closing replication connection: %s", exc, extra={"peer": conn.peer})
                 return
-            buf += data
-            while True:
-                try:
-                    decoded = decode(buf)
-                except ReplicaProtocolError as exc:
-                    log.info("closing replication connection: %s", exc, extra={"peer": conn.peer})
-                    return
-                if decoded is None:
-                    break
-                msg, used = decoded
-                del buf[:used]
-                if not isinstance(msg, Fetch | Produce):
-                    log.info("closing replication connection: unexpected %s", type(msg).__name__)
-                    return
-                conn.busy += 1
-                try:
-                    reply = (await node.serve_fetch(msg) if isinstance(msg, Fetch)
-                             else await node.serve_produce(msg))
-                finally:
-                    conn.busy -= 1
-                conn.writer.write(encode(reply))
-                await conn.writer.drain()
+            if msg is None:
+                return
+            if not isinstance(msg, Fetch | Produce):
+                log.info("closing replication connection: unexpected %s", type(msg).__name__)
+                return
+            conn.busy += 1
+            try:
+                reply = (await node.serve_fetch(msg) if isinstance(msg, Fetch)
+                         else await node.serve_produce(msg))
+            finally:
+                conn.busy -= 1
+            conn.writer.write(encode(reply))
+            await conn.writer.drain()
 
     return serve
