@@ -41,7 +41,7 @@ from bayou.protocols.cursus import replies
 from bayou.protocols.cursus.commands import Command, classify, parse_int
 from bayou.protocols.cursus.compression import GZIP_MAGIC, LZ4_MAGIC, XERIAL_MAGIC, maybe_decompress
 from bayou.protocols.cursus.framing import KEEPALIVE, MAX_FRAME, CursusError, FrameReader, encode_frame
-from bayou.records.batch import HEADER_SIZE, assemble_batch, decode_records, iter_batches
+from bayou.records.batch import HEADER_SIZE, assemble_batch, iter_batches
 from bayou.records.cursus import (
     FORMAT_CURSUS,
     decode_message,
@@ -53,7 +53,7 @@ from bayou.records.cursus import (
 from bayou.records.hashing import fnv1a_32
 from bayou.server.base import Connection, Listener
 from bayou.server.cursus_events import EventStore, SnapshotAhead, VersionConflict
-from bayou.server.workers import inflate_pool, run_in
+from bayou.server.workers import decode_stored, inflate_pool, run_in
 from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.cursus")
@@ -900,7 +900,7 @@ class CursusService:
                 next_offset = h.base_offset + skip + take
                 continue
             out = bytearray()
-            for rec in decode_records(data, pos):
+            for rec in await decode_stored(data, pos):
                 if rec.offset < offset or count >= limit:
                     continue
                 m = record_to_message(rec)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from bayou.broker import Acks, Broker
 from bayou.broker.persist import StateFile
-from bayou.records.batch import HEADER_SIZE, assemble_batch, decode_records, iter_batches
+from bayou.records.batch import HEADER_SIZE, assemble_batch, iter_batches
 from bayou.records.cursus import (
     FORMAT_CURSUS,
     H_AGGREGATE,
@@ -25,6 +25,7 @@ from bayou.records.cursus import (
     stamp_offsets,
 )
 from bayou.records.hashing import fnv1a_64
+from bayou.server.workers import decode_stored
 
 
 class VersionConflict(Exception):
@@ -92,7 +93,7 @@ class EventStore:
             if not res.data:
                 break
             for pos, _h in iter_batches(res.data):
-                for rec in decode_records(res.data, pos):
+                for rec in await decode_stored(res.data, pos):
                     if rec.offset < offset or (key is not None and rec.key != key):
                         continue
                     version = int(dict(rec.headers).get(H_AGGREGATE, b"0") or 0)

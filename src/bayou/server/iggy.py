@@ -103,7 +103,7 @@ from bayou.protocols.iggy.stored import (
     vsr_send_frames,
 )
 from bayou.protocols.iggy.wire import option
-from bayou.records.batch import HEADER_SIZE, assemble_batch, decode_records, encode_batch, iter_batches
+from bayou.records.batch import HEADER_SIZE, assemble_batch, encode_batch, iter_batches
 from bayou.records.iggy import (
     FORMAT_IGGY,
     append_time_us,
@@ -126,7 +126,7 @@ from bayou.server.iggy_users import (
     hash_token,
 )
 from bayou.server.login_guard import LoginGuard, client_ip
-from bayou.server.workers import hash_pool, inflate_pool, run_in
+from bayou.server.workers import decode_stored, hash_pool, inflate_pool, run_in
 from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.iggy")
@@ -1390,12 +1390,12 @@ class IggyService:
                                                          append_us=append, origin_base=h.producer_id))
                     else:
                         parts.extend(record_to_polled(rec, timestamp=append, envelope=envelope)
-                                     for rec in decode_records(data, pos)[i0:i1])
+                                     for rec in (await decode_stored(data, pos))[i0:i1])
                     taken += i1 - i0
                     last = hi - 1
                 else:
                     polled = [record_to_polled(rec, timestamp=micros(rec.timestamp), envelope=envelope)
-                              for rec in decode_records(data, pos)
+                              for rec in await decode_stored(data, pos)
                               if lo <= rec.offset < hi and micros(rec.timestamp) >= not_before_us]
                     if polled:
                         if dialect is Dialect.SEED:

@@ -43,8 +43,9 @@ from bayou.protocols.rtes.codec import (
     go_bool,
     go_list,
 )
-from bayou.records.batch import Record, decode_records, encode_batch, iter_batches
+from bayou.records.batch import Record, encode_batch, iter_batches
 from bayou.server.base import Connection, Listener
+from bayou.server.workers import decode_stored
 from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.rtes")
@@ -185,8 +186,8 @@ class RtesService:
                     break
                 if h.next_offset <= offset:
                     continue
-                for rec in decode_records(res.data, pos):
-                    if offset <= rec.offset < end and len(out) < limit:
+                for rec in await decode_stored(res.data, pos):
+                    if offset <= rec.offset < end and len(out) < limit and size < CONSUME_MAX_BYTES:
                         out.append((rec.offset, rec.value))
                         size += len(rec.value) + 12
             offset = res.next_offset

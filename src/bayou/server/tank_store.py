@@ -42,10 +42,9 @@ from bayou.records.batch import (
     MAX_OFFSET,
     MAX_OFFSET_DELTA,
     assemble_batch,
-    decode_records,
 )
 from bayou.records.tank import CODEC_SNAPPY, FORMAT_TANK, check_bundle, parse_bundle_header, write_varint
-from bayou.server.workers import inflate_pool, run_in
+from bayou.server.workers import decode_stored, inflate_pool, run_in
 
 MAX_FETCH = 64 * 1024 * 1024
 ZEROCOPY_MIN = 64 * 1024  # a chunk whose first bundle is this large is sent from the file
@@ -191,7 +190,7 @@ async def read_chunk(broker: Broker, topic: str, partition: int, seq: int, fetch
             if i == 0:
                 chunk.base_seq = h.base_offset + 1
             raw = span.read_batch(pos, h)  # CRC-checked: converted bytes must be the stored ones
-            records = decode_records(raw)
+            records = await decode_stored(raw)
             # TANK's key is a str8: a longer key (V1, Cursus, the SDK) is cut at 255 bytes
             msgs = [TankMessage(r.offset + 1, r.timestamp, r.key[:255] if r.key else r.key, r.value)
                     for r in records]

@@ -3,7 +3,9 @@
 Each kind of work has its own small pool: a flood of one (gzip bombs, a login storm hashing
 passwords with argon2) queues behind its own workers and cannot take the threads another kind
 needs (TANK's zero-copy sends run on the default executor). The queues are bounded by what feeds
-them: decompression inputs are request bytes the server's byte budget already caps.
+them: decompression inputs are request bytes the server's byte budget already caps, or stored
+batches a fetch has read (``decode_stored``: a batch one protocol stored compressed, converted for
+another).
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
+
+from bayou.errors import CorruptRecord
+from bayou.records.batch import HEADER_SIZE, BatchHeader, Buffer, Record, decode_header, decode_records
+from bayou.records.tank import CODEC_NONE, FORMAT_TANK, stored_bundle
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -37,3 +43,27 @@ def hash_pool() -> ThreadPoolExecutor:
 async def run_in(pool: ThreadPoolExecutor, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``fn(*args, **kwargs)`` on ``pool``; its exceptions are raised here."""
     return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+
+
+INLINE_BATCH_BYTES = 64 * 1024  # a stored batch up to this size, not compressed, is decoded on the loop
+
+
+def _heavy(buf: Buffer, pos: int, h: BatchHeader) -> bool:
+    """Whether decoding the stored batch at ``pos`` means inflating it (batch compression, or a
+    TANK bundle stored Snappy-compressed) or walking a large one."""
+    if h.compression or h.size > INLINE_BATCH_BYTES:
+        return True
+    if h.payload_format != FORMAT_TANK:
+        return False
+    try:
+        return stored_bundle(memoryview(buf)[pos + HEADER_SIZE : pos + h.size])[0] & 0x03 != CODEC_NONE
+    except (CorruptRecord, IndexError):
+        return False  # decode_records reports the damage
+
+
+async def decode_stored(buf: Buffer, pos: int = 0) -> list[Record]:
+    """``decode_records`` of a stored batch, in the inflate pool when that is real work: a fetch
+    converting another protocol's compressed batch must not stall every other client."""
+    if _heavy(buf, pos, decode_header(buf, pos)):
+        return await run_in(inflate_pool(), decode_records, buf, pos)
+    return decode_records(buf, pos)
