@@ -24,6 +24,8 @@ import pytest
 from bayou.broker import BrokerConfig
 from bayou.broker.broker import Broker
 from bayou.errors import StorageError
+from bayou.protocols.iggy import messages as m
+from bayou.protocols.iggy.codes import Status
 from bayou.records.batch import encode_batch
 from bayou.records.model import Record
 from bayou.storage import store as store_module
@@ -31,6 +33,7 @@ from bayou.storage.config import LogConfig
 from bayou.storage.log import PartitionLog
 from bayou.storage.store import CLEAN_MARKER
 from support.brokers import BrokerProcess, LineConn
+from support.iggy import LegacyConn, legacy_login
 
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 
@@ -134,6 +137,20 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+async def _fill(conn: LineConn, topic: str, value: str) -> None:
+    """Produce ``value`` until the disk is full: three refusals, each naming the lack of space."""
+    errors = 0
+    for i in range(200):
+        r = await conn.ask(f"V1|{i}|PRODUCE|{topic} k:{value}")
+        if not r.startswith(f"V1|{i}|OK"):
+            assert r.startswith(f"V1|{i}|ERR|"), r
+            assert "space" in r.lower(), r
+            errors += 1
+            if errors >= 3:
+                return
+    raise AssertionError("the disk never filled")
+
+
 def test_broker_on_a_full_disk_answers_errors_and_recovers(small_fs: Path) -> None:
     b = BrokerProcess(small_fs / "data", fsync="always").start()
     try:
@@ -144,16 +161,7 @@ def test_broker_on_a_full_disk_answers_errors_and_recovers(small_fs: Path) -> No
             try:
                 for name in ("keep", "big"):
                     assert (await conn.ask(f"V1|c|ADMIN_CREATE_TOPIC|{name} 1 1")).startswith("V1|c|OK")
-                errors = 0
-                for i in range(200):
-                    r = await conn.ask(f"V1|{i}|PRODUCE|big k:{value}")
-                    if not r.startswith(f"V1|{i}|OK"):
-                        assert r.startswith(f"V1|{i}|ERR|"), r
-                        assert "space" in r.lower(), r
-                        errors += 1
-                        if errors >= 3:
-                            break
-                assert errors >= 3, "the disk never filled"
+                await _fill(conn, "big", value)
                 # the protocol is alive on the same connection and on a new one, and the others listen
                 assert (await conn.ask("V1|p|PING|")).startswith("V1|p|OK")
                 other = await LineConn.open(b.port)
@@ -180,3 +188,68 @@ def test_broker_on_a_full_disk_answers_errors_and_recovers(small_fs: Path) -> No
     finally:
         with contextlib.suppress(Exception):
             b.stop()
+
+
+def _fill_up(directory: Path) -> None:
+    """Take what space is left with a file of its own."""
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        with contextlib.suppress(OSError):
+            while os.write(fd, bytes(4096)):
+                pass
+    finally:
+        os.close(fd)
+
+
+def test_iggy_starts_on_a_full_disk_and_writes_its_files_once_there_is_room(small_fs: Path) -> None:
+    """A broker restarted on a full disk: Iggy's start-up creates its catalog (with the topics V1
+    made) and its users file (both deleted here), and both writes fail. The listener still serves
+    (PING, login with the root user from memory); a change that needs the catalog written is
+    answered with Iggy's error; once a topic is deleted the files are written without another
+    request."""
+    data = small_fs / "data"
+    b = BrokerProcess(data, fsync="always").start()
+    iggy_dir = data / "iggy"
+
+    async def fill() -> None:
+        conn = await LineConn.open(b.port)
+        for name in ("keep", "big"):
+            assert (await conn.ask(f"V1|c|ADMIN_CREATE_TOPIC|{name} 1 1")).startswith("V1|c|OK")
+        await _fill(conn, "big", "x" * 60_000)
+        await conn.close()
+
+    async def scenario() -> None:
+        iggy = await LegacyConn.open(b.iggy_port)
+        await iggy.ping()
+        await iggy.login()
+        assert await iggy.status(m.CreateStream("made-while-full")) == Status.ERROR
+        await iggy.ping()
+        other = await legacy_login(b.iggy_port)
+        await other.ping()
+        await other.close()
+        conn = await LineConn.open(b.port)
+        assert (await conn.ask("V1|d|ADMIN_DELETE_TOPIC|big")).startswith("V1|d|OK")
+        await conn.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        catalog, users = iggy_dir / "catalog.json", iggy_dir / "users.json"
+        while not (users.exists() and catalog.exists() and b"made-while-full" in catalog.read_bytes()):
+            assert loop.time() < deadline, f"the Iggy files were not written: {b.log()}"
+            await asyncio.sleep(0.1)
+        assert b'"keep"' in catalog.read_bytes()
+        await iggy.ping()
+        await iggy.close()
+
+    try:
+        asyncio.run(fill())
+        assert b.stop() == 0, b.log()
+        for name in ("users.json", "catalog.json"):  # Iggy's start writes both anew
+            (iggy_dir / name).unlink(missing_ok=True)
+        _fill_up(small_fs)
+        b.start()
+        asyncio.run(scenario())
+        assert "connection handler failed" not in b.log(), b.log()
+        assert "cannot write the Iggy users file at start" in b.log(), b.log()
+        assert "cannot write the Iggy catalog" in b.log(), b.log()
+    finally:
+        b.stop()

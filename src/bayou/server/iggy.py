@@ -45,6 +45,7 @@ import xxhash
 
 from bayou import __version__
 from bayou.broker import Acks, Broker
+from bayou.broker.background import run_forever
 from bayou.broker.broker import TOPIC_KEYS
 from bayou.broker.cluster.state import MEMBER_BROKER_SHIFT, connection_member_base
 from bayou.broker.dedup import IdRun
@@ -137,6 +138,9 @@ MAX_ORIGIN_BASE = (1 << 63) - 1  # a send's origin timestamp (us) is kept in an 
 CATALOG_DOC = "iggy/catalog"
 SHARED_LOCK = "iggy"
 USERS_DOC = "iggy/users"
+CATALOG_FILE = "catalog"  # what a failed write names (logs, errors)
+USERS_FILE = "users file"
+REWRITE_INTERVAL_S = 1.0  # how soon a write that failed (a full disk) is tried again
 SHARED_CHANGES = frozenset({
     Command.CREATE_STREAM, Command.DELETE_STREAM, Command.UPDATE_STREAM, Command.PURGE_STREAM,
     Command.CREATE_TOPIC, Command.DELETE_TOPIC, Command.UPDATE_TOPIC, Command.PURGE_TOPIC,
@@ -231,6 +235,8 @@ class IggyService:
         self._cpu = (time.monotonic(), sum(os.times()[:2]))
         self._starting: asyncio.Task[None] | None = None
         self._reaper: asyncio.Task[None] | None = None
+        self._unsaved: set[str] = set()  # files whose last write failed (ENOSPC, EIO): kept in memory
+        self._rewriter: asyncio.Task[None] | None = None
         self.handlers: dict[Command, Handler] = self._handler_table()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -247,6 +253,7 @@ class IggyService:
         if self.broker.cluster is not None:  # listeners open before the broker joins the cluster
             await self.broker.cluster.started.wait()
         await loop.run_in_executor(None, self._load)
+        self._rewrite_later()
         if self.broker.cluster is not None:
             # Client ids (= group member ids) carry the broker id, so that the cluster can drop
             # the members of a dead or restarted broker (ClusterNode._reap_members).
@@ -267,13 +274,53 @@ class IggyService:
         self._reaper = loop.create_task(self._reap_idle(), name="iggy-idle-members")
 
     def _load(self) -> None:
+        """Read the catalog and the users. A write that fails here (a full disk) does not stop
+        the listener: the state stays in memory and is written later (``_rewrite_later``)."""
         self.catalog.load()
         self.users.load()
+        if self.users.unsaved:
+            self._unsaved.add(USERS_FILE)
         if self.catalog.sync(self.broker.list_topics(), now_us()):
-            self.catalog.save()
+            try:
+                self.catalog.save()
+            except OSError as exc:
+                self._write_failed(CATALOG_FILE, exc)
+
+    def _write(self, what: str) -> None:
+        (self.catalog.save if what == CATALOG_FILE else self.users.save_copy)()
+
+    def _write_failed(self, what: str, exc: OSError) -> None:
+        self._unsaved.add(what)
+        log.warning("cannot write the Iggy %s, kept in memory and retried: %s", what, exc)
+
+    async def _save(self, what: str) -> None:
+        """Write the catalog or the users file; a failure is the request's StorageError (Iggy's
+        generic error), the change stays in memory and is written once the disk allows."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._write, what)
+        except OSError as exc:
+            self._write_failed(what, exc)
+            self._rewrite_later()
+            raise StorageError(f"cannot write the Iggy {what}: {exc.strerror or exc}") from None
+        self._unsaved.discard(what)
+
+    def _rewrite_later(self) -> None:
+        if self._unsaved and (self._rewriter is None or self._rewriter.done()):
+            self._rewriter = asyncio.get_running_loop().create_task(run_forever(
+                "iggy-unsaved-writes", self._rewrite, REWRITE_INTERVAL_S, retry_max_s=10.0, logger=log),
+                name="iggy-unsaved-writes")
+
+    async def _rewrite(self) -> None:
+        """One retry of every write that failed; stops the task once all are written."""
+        for what in sorted(self._unsaved):
+            await asyncio.get_running_loop().run_in_executor(None, self._write, what)
+            self._unsaved.discard(what)
+            log.info("wrote the Iggy %s after earlier failures", what)
+        if not self._unsaved and self._rewriter is not None:
+            self._rewriter.cancel()
 
     async def _save_catalog(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.catalog.save)
+        await self._save(CATALOG_FILE)
 
     async def _sync(self) -> None:
         cluster = self.broker.cluster
@@ -449,8 +496,8 @@ class IggyService:
             if data and data != target.snapshot():
                 target.replace(data)
                 changed = True
-                await asyncio.get_running_loop().run_in_executor(
-                    None, self.catalog.save if target is self.catalog else self.users.save_copy)
+                with contextlib.suppress(StorageError):  # this broker's copy: retried (_save)
+                    await self._save(CATALOG_FILE if target is self.catalog else USERS_FILE)
         return changed
 
     @contextlib.asynccontextmanager
@@ -800,6 +847,10 @@ class IggyService:
             return await loop.run_in_executor(hash_pool(), lambda: fn(*args, **kwargs))
         except UserStoreError as exc:
             raise IggyError(Status(exc.iggy_status), str(exc)) from None
+        except OSError as exc:  # the change is made in memory; its file is written later
+            self._write_failed(USERS_FILE, exc)
+            self._rewrite_later()
+            raise StorageError(f"cannot write the Iggy {USERS_FILE}: {exc.strerror or exc}") from None
 
     async def _get_user(self, s: Session, req: m.GetUser) -> m.Reply | None:
         self._permit(s, "read_users")

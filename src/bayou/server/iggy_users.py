@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import secrets
 import threading
@@ -39,6 +40,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from bayou.protocols.iggy import messages as m
 from bayou.storage.fsutil import atomic_write
 
+log = logging.getLogger("bayou.iggy")
 ROOT_ID = 0
 USERNAME_LENGTH = (3, 50)
 PASSWORD_LENGTH = (3, 100)
@@ -192,6 +194,7 @@ class UserStore:
         self._by_token: dict[str, tuple[int, str]] = {}  # token hash -> (user id, token name)
         self._lock = threading.RLock()
         self._dummy_hash: str | None = None
+        self.unsaved = False  # the first start could not write the file (the server retries it)
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -205,7 +208,11 @@ class UserStore:
                 _check_password(self.root_password)
                 root = User(ROOT_ID, self.root_username, self.clock(), True, m.Permissions.root())
                 self._set({ROOT_ID: _Record(root, self._hasher.hash(self.root_password))})
-                self._save()
+                try:
+                    self._save()
+                except OSError as exc:  # a full disk: the root user works from memory until written
+                    self.unsaved = True
+                    log.warning("cannot write the Iggy users file at start: %s", exc)
                 return
             self.replace(self.path.read_bytes(), str(self.path))
 
