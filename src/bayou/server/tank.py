@@ -263,6 +263,8 @@ class TankService:
                 left = deadline - time.monotonic()
                 if grown and (total >= min_bytes or min_bytes == 0 or left <= 0):
                     break
+                for dropped in grown.values():  # not sent: read again after the wait
+                    dropped.release()
                 if left <= 0 or self.broker.closing:
                     grown = {}
                     break
@@ -312,26 +314,16 @@ class TankService:
             header = codec.encode_consume_peer_header(topics, lengths, framed=True)
         else:
             header = codec.encode_consume_header(req.request_id, topics, lengths, framed=True)
-        async with c.lock:
-            writer = c.conn.writer
-            writer.write(header)
+        try:
+            async with c.lock:
+                writer = c.conn.writer
+                writer.write(header)
+                for ch in chunks:
+                    await _send_chunk(writer, ch)
+                await writer.drain()
+        finally:  # the segment files' leases end: one removed meanwhile is closed now
             for ch in chunks:
-                ranges: list[tuple[int, int]] = []
-                fd = -1
-                for piece in [*ch.pieces, b""]:
-                    if isinstance(piece, FileRange) and (fd == piece.fd or not ranges):
-                        fd = piece.fd
-                        ranges.append((piece.offset, piece.length))
-                        continue
-                    if ranges:  # one sendfile run per stretch of stored bundles
-                        await zerocopy.send_ranges(writer, fd, ranges)
-                        ranges = []
-                    if isinstance(piece, FileRange):
-                        fd = piece.fd
-                        ranges.append((piece.offset, piece.length))
-                    elif piece:
-                        writer.write(piece)
-            await writer.drain()
+                ch.release()
 
     # -- admin ---------------------------------------------------------------------------------
 
@@ -401,6 +393,24 @@ class TankService:
 
     async def _topology(self, c: TankConnection, req: m.DiscoverTopology) -> None:
         await self._reply(c, m.DiscoverTopologyResponse(req.request_id))
+
+
+async def _send_chunk(writer: asyncio.StreamWriter, ch: Chunk) -> None:
+    ranges: list[tuple[int, int]] = []
+    fd = -1
+    for piece in [*ch.pieces, b""]:
+        if isinstance(piece, FileRange) and (fd == piece.fd or not ranges):
+            fd = piece.fd
+            ranges.append((piece.offset, piece.length))
+            continue
+        if ranges:  # one sendfile run per stretch of stored bundles
+            await zerocopy.send_ranges(writer, fd, ranges)
+            ranges = []
+        if isinstance(piece, FileRange):
+            fd = piece.fd
+            ranges.append((piece.offset, piece.length))
+        elif piece:
+            writer.write(piece)
 
 
 def tank_handler(service: TankService) -> Callable[[Connection, Listener], Awaitable[None]]:

@@ -45,6 +45,7 @@ from bayou.records.batch import (
 )
 from bayou.records.tank import CODEC_SNAPPY, FORMAT_TANK, check_bundle, parse_bundle_header, write_varint
 from bayou.server.workers import decode_stored, inflate_pool, run_in
+from bayou.storage.log import FileSpan
 
 MAX_FETCH = 64 * 1024 * 1024
 ZEROCOPY_MIN = 64 * 1024  # a chunk whose first bundle is this large is sent from the file
@@ -77,6 +78,7 @@ class Chunk:
 
     pieces: list[Piece] = field(default_factory=list)
     length: int = 0
+    spans: list[FileSpan] = field(default_factory=list)  # leased files the pieces come from
     base_seq: int = 0  # the first message's seq (0 when sparse_first)
     sparse_first: bool = False  # the first bundle is sparse: flag 0xfe, no base seq on the wire
     next_seq: int = 0
@@ -84,6 +86,12 @@ class Chunk:
     def add(self, piece: Piece) -> None:
         self.pieces.append(piece)
         self.length += piece.length if isinstance(piece, FileRange) else len(piece)
+
+    def release(self) -> None:
+        """The chunk is sent (or dropped): its files' leases end."""
+        for span in self.spans:
+            span.release()
+        self.spans.clear()
 
 
 def last_assigned(broker: Broker, topic: str, partition: int) -> int:
@@ -96,7 +104,10 @@ async def first_available(broker: Broker, topic: str, partition: int) -> int:
     if start >= part.high_watermark:
         return 0 if part.high_watermark == 0 else part.high_watermark + 1
     span = await broker.locate(topic, partition, start, max_bytes=1)
-    return 0 if span is None else span.batches[0][1].base_offset + 1
+    if span is None:
+        return 0
+    span.release()
+    return span.batches[0][1].base_offset + 1
 
 
 async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: bytes,
@@ -174,31 +185,40 @@ async def read_chunk(broker: Broker, topic: str, partition: int, seq: int, fetch
     pos, h = span.batches[0]
     if h.payload_format == FORMAT_TANK and h.compression == 0 and h.size - HEADER_SIZE < ZEROCOPY_MIN:
         # span.limit: the high watermark, or the damage of a quarantined partition if lower
-        return await _gather_chunk(span.fd, pos, seq, span.limit, min(limit, GATHER_MAX))
+        try:
+            return await _gather_chunk(span.fd, pos, seq, span.limit, min(limit, GATHER_MAX))
+        finally:
+            span.release()
     if limit > 1:
+        span.release()
         span = await broker.locate(topic, partition, seq - 1, max_bytes=limit, payload_only=True)
         if span is None:
             chunk.next_seq = seq
             return chunk
-    for i, (pos, h) in enumerate(span.batches):
-        if h.payload_format == FORMAT_TANK and h.compression == 0:
-            if i == 0:
-                chunk.sparse_first = h.sparse
-                chunk.base_seq = 0 if h.sparse else h.base_offset + 1
-            chunk.add(FileRange(span.fd, pos + HEADER_SIZE, h.size - HEADER_SIZE))
-        else:
-            if i == 0:
-                chunk.base_seq = h.base_offset + 1
-            raw = span.read_batch(pos, h)  # CRC-checked: converted bytes must be the stored ones
-            records = await decode_stored(raw)
-            # TANK's key is a str8: a longer key (V1, Cursus, the SDK) is cut at 255 bytes
-            msgs = [TankMessage(r.offset + 1, r.timestamp, r.key[:255] if r.key else r.key, r.value)
-                    for r in records]
-            dense = all(m.seq == h.base_offset + 1 + j for j, m in enumerate(msgs))
-            if not dense and i == 0:
-                chunk.sparse_first = True
-                chunk.base_seq = 0
-            chunk.add(encode_chunk_record(encode_bundle(msgs, compress=False, sparse=not dense)))
+    chunk.spans.append(span)  # until the chunk is sent
+    try:
+        for i, (pos, h) in enumerate(span.batches):
+            if h.payload_format == FORMAT_TANK and h.compression == 0:
+                if i == 0:
+                    chunk.sparse_first = h.sparse
+                    chunk.base_seq = 0 if h.sparse else h.base_offset + 1
+                chunk.add(FileRange(span.fd, pos + HEADER_SIZE, h.size - HEADER_SIZE))
+            else:
+                if i == 0:
+                    chunk.base_seq = h.base_offset + 1
+                raw = span.read_batch(pos, h)  # CRC-checked: converted bytes must be the stored ones
+                records = await decode_stored(raw)
+                # TANK's key is a str8: a longer key (V1, Cursus, the SDK) is cut at 255 bytes
+                msgs = [TankMessage(r.offset + 1, r.timestamp, r.key[:255] if r.key else r.key, r.value)
+                        for r in records]
+                dense = all(m.seq == h.base_offset + 1 + j for j, m in enumerate(msgs))
+                if not dense and i == 0:
+                    chunk.sparse_first = True
+                    chunk.base_seq = 0
+                chunk.add(encode_chunk_record(encode_bundle(msgs, compress=False, sparse=not dense)))
+    except BaseException:
+        chunk.release()
+        raise
     chunk.next_seq = span.next_offset + 1
     return chunk
 

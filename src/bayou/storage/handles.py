@@ -9,11 +9,15 @@ reopened, for another file) descriptor would read another file's bytes. So:
 
 - ``use()`` pins a file while the caller works with its descriptor; a pinned file is never
   closed (a file discarded while pinned is closed by its last unpin).
-- ``lease(seconds)`` keeps the descriptor number valid for that long without a pin, for zero-copy
-  sends that hold the number across event-loop turns. A leased file is not evicted; a leased
-  file that is discarded (its segment deleted) has its descriptor replaced at once by one of
-  ``/dev/null`` (``dup2``), so the disk space is freed now and the number is only reused once
-  the lease ends; a send still in flight then reads end-of-file, never another file's data.
+- ``lease(seconds)`` keeps the descriptor number valid without a pin, for zero-copy sends that
+  hold the number across event-loop turns, until ``release()`` (leases are counted) or for
+  ``seconds`` at most. A leased file is not evicted; a leased file that is discarded (its segment
+  deleted) has its descriptor replaced at once by one of ``/dev/null`` (``dup2``), so the disk
+  space is freed now and the number is only reused once the lease ends; a send still in flight
+  then reads end-of-file, never another file's data.
+- ``retire()`` discards a file as soon as nobody holds it: now when it is idle, else at the last
+  unpin or lease release (retention: the space of a removed segment comes back as soon as no
+  reader or send needs it).
 
 The bound is soft: when every open file is pinned or leased the cache grows past it rather than
 fail a read, and shrinks back as they are released.
@@ -63,7 +67,8 @@ def default_capacity() -> int:
 class CachedFile:
     """One file of a segment, opened through its cache. Its state is guarded by the cache lock."""
 
-    __slots__ = ("_cache", "_fd", "_lease_until", "_pins", "discarded", "flags", "path")
+    __slots__ = ("_cache", "_fd", "_lease_until", "_leases", "_pins", "discarded", "flags", "path",
+                 "retiring")
 
     def __init__(self, cache: HandleCache, path: Path, flags: int) -> None:
         self._cache = cache
@@ -72,7 +77,9 @@ class CachedFile:
         self._fd = -1
         self._pins = 0
         self._lease_until = 0.0
+        self._leases = 0
         self.discarded = False
+        self.retiring = False
 
     @property
     def is_open(self) -> bool:
@@ -91,8 +98,17 @@ class CachedFile:
         self._cache._unpin(self)
 
     def lease(self, seconds: float) -> int:
-        """The open descriptor, kept valid (not closed, not reused) for ``seconds``."""
+        """The open descriptor, kept valid (not closed, not reused) until ``release`` is called
+        once for this lease, or for ``seconds`` at most."""
         return self._cache._lease(self, seconds)
+
+    def release(self) -> None:
+        """End one lease (its send is done)."""
+        self._cache._release(self)
+
+    def retire(self) -> bool:
+        """Discard as soon as nobody holds the file; whether that was now."""
+        return self._cache._retire(self)
 
     def close(self) -> None:
         """Close the descriptor if it is idle (the file is reopened on next use)."""
@@ -150,6 +166,8 @@ class HandleCache:
             f._pins -= 1
             if f._pins:
                 return
+            if f.retiring and not self._leased(f):
+                f.discarded = True
             if f.discarded:
                 if f._fd >= 0 and f._lease_until <= time.monotonic():
                     self._really_close(f)
@@ -160,8 +178,36 @@ class HandleCache:
         with self._lock:
             fd = self._open_fd(f)
             f._lease_until = max(f._lease_until, time.monotonic() + seconds)
+            f._leases += 1
             self._evict()
             return fd
+
+    def _release(self, f: CachedFile) -> None:
+        with self._lock:
+            if f._leases == 0:
+                return
+            f._leases -= 1
+            if f._leases:
+                return
+            f._lease_until = 0.0
+            if f.retiring:
+                f.discarded = True
+            if f._fd >= 0 and not f._pins and f.discarded:
+                self._really_close(f)
+
+    def _retire(self, f: CachedFile) -> bool:
+        with self._lock:
+            if f._pins or self._leased(f):
+                f.retiring = True
+                return False
+            f.discarded = True
+            if f._fd >= 0:
+                self._really_close(f)
+            return True
+
+    @staticmethod
+    def _leased(f: CachedFile) -> bool:
+        return f._leases > 0 and f._lease_until > time.monotonic()
 
     def _close(self, f: CachedFile, *, discard: bool) -> None:
         with self._lock:

@@ -82,9 +82,11 @@ class ReadResult:
     log_end_offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FileSpan:
-    """Consecutive whole batches in one segment file: (position, header) each."""
+    """Consecutive whole batches in one segment file: (position, header) each. The descriptor is
+    leased: ``release()`` when done with it (a segment removed meanwhile is then closed and its
+    space freed at once); an unreleased lease ends after GRAVE_SECONDS."""
 
     fd: int
     batches: tuple[tuple[int, BatchHeader], ...]
@@ -94,10 +96,16 @@ class FileSpan:
     # Reads of the file past the span must stop before this offset: the limit the log applied
     # (the caller's max offset, the log end, and the damage of a quarantined partition).
     limit: int = 0
+    released: bool = False
 
     @property
     def next_offset(self) -> int:
         return self.batches[-1][1].next_offset
+
+    def release(self) -> None:
+        if not self.released and self.segment is not None:
+            self.released = True
+            self.segment.file.release()
 
     def read_batch(self, position: int, header: BatchHeader) -> bytes:
         """The stored bytes of one batch of the span, CRC-checked, for a reader that decodes or
@@ -808,13 +816,19 @@ class PartitionLog:
             return self.delete_oldest_segments(count) if count else 0
 
     def _bury(self, seg: Segment) -> None:
+        """Remove a segment's files. Its log file is closed (its space freed) now unless a
+        reader or a zero-copy send holds it; then as soon as the last one lets go, or after
+        GRAVE_SECONDS at most (``_close_buried``)."""
         seg.delete(close=False)
-        self._graveyard.append((time.monotonic(), seg))
+        if not seg.file.retire():
+            self._graveyard.append((time.monotonic(), seg))
 
     def _close_buried(self, older_than: float = GRAVE_SECONDS) -> None:
         now = time.monotonic()
         keep = []
         for t, seg in self._graveyard:
+            if seg.closed:
+                continue  # its last holder let go
             if now - t >= older_than:
                 seg.close()
             else:

@@ -3,6 +3,7 @@ delete_oldest_segments (the oldest N segments, never the active one)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,13 +131,29 @@ def test_crash_between_new_segment_and_deletion_loses_nothing(tmp_path: Path) ->
         lg.close()
 
 
-def test_reader_holding_purged_segments_still_reads(log: PartitionLog) -> None:
+def test_purged_segments_close_once_no_reader_holds_them(log: PartitionLog) -> None:
+    """A removed segment's file is closed (its space freed) at once when idle; one that a read
+    has pinned, or a zero-copy send has leased, stays readable until that reader lets go."""
     fill(log, 20)
+    for sync in list(log._roll_syncs):  # the sealed segments' background fsyncs hold them too
+        sync.result(10)
     held = list(log.segments)
+    assert len(held) >= 4
     first = held[0].pread(held[0].size, 0)
-    log.purge()
-    assert held[0].pread(held[0].size, 0) == first  # the descriptor lives on in the graveyard
-    assert [s for _t, s in log._graveyard] == held
+    leased = held[0].lease_fd(60)  # a zero-copy send in flight
+    with held[1].file.use() as pinned:  # a read in progress
+        second = os.pread(pinned, held[1].size, 0)
+        log.purge()
+        assert os.pread(leased, len(first), 0) == first
+        assert os.pread(pinned, len(second), 0) == second
+        assert held[2].closed  # nobody held it
+        assert not held[0].closed and not held[1].closed
+    assert held[1].closed  # the read let go
+    assert [s for _t, s in log._graveyard] == held[:2]
+    held[0].file.release()  # the send is done
+    assert held[0].closed
+    log._close_buried()
+    assert log._graveyard == []
 
 
 # -- delete_oldest_segments -------------------------------------------------------------------
