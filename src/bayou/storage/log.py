@@ -569,7 +569,7 @@ class PartitionLog:
         return None if d is None else d.describe()
 
     def locate(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
-               payload_only: bool = False, _checked: bool = False) -> FileSpan | None:
+               payload_only: bool = False, _checked: bool = False, _retried: bool = False) -> FileSpan | None:
         """Where the whole batches a read from ``offset`` would return lie in one segment file,
         without reading them: for zero-copy serving (``os.sendfile``) of stored bytes.
 
@@ -581,7 +581,9 @@ class PartitionLog:
         removed by retention is closed only after the graveyard delay.
 
         Headers are checked on the way (lengths, offsets; CRCs are the scrub's and
-        ``FileSpan.read_batch``'s); damage met quarantines the partition as in ``read``.
+        ``FileSpan.read_batch``'s); damage met quarantines the partition as in ``read``. A segment
+        that cannot be read (deleted by retention meanwhile, an I/O error) is retried once from
+        the segment list as it is then; a second failure is a StorageError.
         """
         with self._lock:
             self._check_open()
@@ -622,24 +624,34 @@ class PartitionLog:
                             nxt.base_offset > h.next_offset and not nxt.sparse)):
                         raise CorruptRecord("offset gap")
                     h = nxt
-            except (OSError, ValueError):
-                return self.locate(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset,
-                                   payload_only=payload_only)
+            except (OSError, ValueError) as exc:
+                return self._locate_again(seg, exc, offset, max_bytes, max_offset, payload_only,
+                                          _checked, _retried)
             except CorruptRecord:
                 if _checked:
                     raise StorageError(f"{seg.path} changed while it was read; retry") from None
                 self.check_segment(seg)  # quarantines, unless the walk raced with a change
                 return self.locate(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset,
-                                   payload_only=payload_only, _checked=True)
+                                   payload_only=payload_only, _checked=True, _retried=_retried)
             if not batches:
                 return None
             try:
                 fd = seg.lease_fd(GRAVE_SECONDS)
-            except (OSError, ValueError):
-                return self.locate(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset,
-                                   payload_only=payload_only)
+            except (OSError, ValueError) as exc:
+                return self._locate_again(seg, exc, offset, max_bytes, max_offset, payload_only,
+                                          _checked, _retried)
             return FileSpan(fd, tuple(batches), self, seg, limit)
         return None
+
+    def _locate_again(self, seg: Segment, exc: Exception, offset: int, max_bytes: int,
+                      max_offset: int | None, payload_only: bool, checked: bool,
+                      retried: bool) -> FileSpan | None:
+        """``locate`` once more after ``seg`` could not be read (retention deleted it, or an I/O
+        error): the segment list is read again. A second failure is the caller's error."""
+        if retried:
+            raise StorageError(f"cannot locate offset {offset} in {seg.path}: {exc}") from None
+        return self.locate(max(offset, self.log_start_offset), max_bytes, max_offset=max_offset,
+                           payload_only=payload_only, _checked=checked, _retried=True)
 
     def read_records(self, offset: int, max_records: int, *, max_offset: int | None = None,
                      max_bytes: int = 1 << 20) -> list[Record]:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bayou.errors import OffsetOutOfRange
+from bayou.errors import OffsetOutOfRange, StorageError
 from bayou.records import Record, encode_batch
 from bayou.storage import LogConfig, PartitionLog
+from bayou.storage.segment import Segment
 
 CFG = LogConfig(segment_bytes=1024, index_interval_bytes=64)
 
@@ -57,3 +58,29 @@ def test_locate_below_the_log_start(lg: PartitionLog) -> None:
         lg.locate(0, 100)
     span = lg.locate(lg.log_start_offset, 100)
     assert span is not None and span.batches[0][1].base_offset == lg.log_start_offset
+
+
+@pytest.mark.parametrize("error", [OSError(5, "Input/output error"), ValueError("closed")])
+def test_locate_retries_a_failed_segment_once(lg: PartitionLog, monkeypatch: pytest.MonkeyPatch,
+                                              error: Exception) -> None:
+    """A segment that cannot be read (deleted meanwhile, EIO): one more try from the segment list
+    as it is then; when that fails too, a StorageError (it used to recurse without bound)."""
+    real = Segment.find_position
+    failures = {"left": 1}
+
+    def failing(self: Segment, *args: object, **kwargs: object) -> object:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise error
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Segment, "find_position", failing)
+    assert span_bytes(lg, 5, 200) == lg.read(5, 200).data  # the retry found it
+    failures["left"] = 2
+    with pytest.raises(StorageError):
+        lg.locate(5, 200)
+    assert failures["left"] == 0  # two attempts, no more
+    failures["left"] = 10**6
+    with pytest.raises(StorageError):
+        lg.locate(5, 200)
+    assert failures["left"] == 10**6 - 2
