@@ -7,6 +7,7 @@ and `--repair` fixes it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -16,13 +17,14 @@ from pathlib import Path
 import pytest
 
 from bayou.protocols.cursus.batch import decode_head, decode_messages
+from bayou.protocols.iggy import messages as im
 from bayou.protocols.tank import messages as tm
 from bayou.protocols.tank.bundles import TankMessage, decode_chunk, encode_bundle
 from bayou.records.batch import iter_batches
 from support.brokers import BrokerProcess, LineConn
 from support.cursus import FrameConn, envelope
 from support.damage import flip
-from support.iggy import IggyStatusError, legacy_login, poll
+from support.iggy import IggyStatusError, ident, legacy_login, poll
 from support.tank import TankConn
 
 pytestmark = pytest.mark.asyncio
@@ -219,6 +221,18 @@ async def test_damaged_segments_no_longer_stop_the_broker_and_verify_repairs_the
         assert (await describe_status(b, "sealed")).startswith(f"[offline:{seg.name}%20position%20{pos}")
         assert (await describe_status(b, "active")).startswith(f"[offline:{a_seg.name}%20position%20{a_pos}")
         assert (await describe_status(b, "healthy")) == "[ok]"
+        # Cursus DESCRIBE says so too; Iggy's topic records have no status field: the log names it.
+        c = await FrameConn.open(b.cursus_port)
+        sealed = json.loads(await c.command("DESCRIBE topic=sealed"))["partitions"][0]
+        assert sealed["status"] == "offline", sealed
+        assert sealed["reason"].startswith(f"{seg.name} position {pos}"), sealed
+        assert json.loads(await c.command("DESCRIBE topic=healthy"))["partitions"][0]["status"] == "online"
+        await c.close()
+        iggy = await legacy_login(b.iggy_port)
+        details = await iggy.call(im.GetTopic(ident("default"), ident("active")))
+        assert details.topic.name == "active"
+        await iggy.close()
+        assert f"partition 0 is offline: {a_seg.name} position {a_pos}" in full_log(b)  # before the reply
         # V1 CONSUME reads on to the high watermark, which lies past the damage: the error.
         assert (await v1(b, "V1|1|CONSUME|sealed 0 0")).startswith("V1|1|ERR|STORAGE_ERROR")
         c = await FrameConn.open(b.cursus_port)

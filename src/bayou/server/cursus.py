@@ -349,7 +349,8 @@ class CursusService:
             "status": "OK",
             "topic": topic,
             "partitions": [{"id": p.partition, **self._roles(topic, p.partition),
-                            "leo": p.log_end_offset, "hwm": p.high_watermark} for p in info.partitions],
+                            "leo": p.log_end_offset, "hwm": p.high_watermark, **_status(p.offline)}
+                           for p in info.partitions],
             "policy": dict(self._policy_pairs(topic)),
         }
         return json.dumps(body, indent=2).encode()
@@ -1079,6 +1080,12 @@ class CursusService:
 
 _SEQ = struct.Struct(">Q")
 COMPRESSED_MAGICS = (GZIP_MAGIC, XERIAL_MAGIC, LZ4_MAGIC)  # what maybe_decompress inflates
+
+
+def _status(offline: str | None) -> dict[str, str]:
+    """A partition's ``status`` in DESCRIBE: ``online``, or ``offline`` with the ``reason`` (a
+    quarantined partition: damaged data, readable up to it)."""
+    return {"status": "online"} if offline is None else {"status": "offline", "reason": offline}
 
 
 def _iso(ms: int) -> str:

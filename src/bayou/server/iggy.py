@@ -140,6 +140,7 @@ SHARED_LOCK = "iggy"
 USERS_DOC = "iggy/users"
 CATALOG_FILE = "catalog"  # what a failed write names (logs, errors)
 USERS_FILE = "users file"
+OFFLINE_LOG_S = 60.0  # how often a described offline partition is named in the log
 REWRITE_INTERVAL_S = 1.0  # how soon a write that failed (a full disk) is tried again
 SHARED_CHANGES = frozenset({
     Command.CREATE_STREAM, Command.DELETE_STREAM, Command.UPDATE_STREAM, Command.PURGE_STREAM,
@@ -235,6 +236,7 @@ class IggyService:
         self._cpu = (time.monotonic(), sum(os.times()[:2]))
         self._starting: asyncio.Task[None] | None = None
         self._reaper: asyncio.Task[None] | None = None
+        self._offline_told: dict[tuple[str, int], float] = {}  # when an offline partition was logged
         self._unsaved: set[str] = set()  # files whose last write failed (ENOSPC, EIO): kept in memory
         self._rewriter: asyncio.Task[None] | None = None
         self.handlers: dict[Command, Handler] = self._handler_table()
@@ -652,11 +654,26 @@ class IggyService:
 
     def _partition_infos(self, s: Session, topic: TopicEntry) -> tuple[m.PartitionInfo, ...]:
         info = self.broker.describe_topic(topic.topic)
+        for p in info.partitions:
+            if p.offline is not None:
+                self._report_offline(topic, p.partition, p.offline)
         return tuple(
             m.PartitionInfo(self._partition_out(s, p.partition), topic.created_at, p.segments,
                             max(p.high_watermark - 1, 0), p.size_bytes,
                             p.high_watermark - p.log_start_offset)
             for p in info.partitions)
+
+    def _report_offline(self, topic: TopicEntry, partition: int, reason: str) -> None:
+        """Iggy's partition and topic records have no status field (iggy.md E): a quarantined
+        partition an Iggy client describes is named in the log instead (once a minute at most;
+        its polls answer CANNOT_READ_MESSAGE)."""
+        now = time.monotonic()
+        key = (topic.topic, partition)
+        if now - self._offline_told.get(key, -OFFLINE_LOG_S) < OFFLINE_LOG_S:
+            return
+        self._offline_told[key] = now
+        log.warning("an Iggy client described topic %s (bayou topic %s): partition %d is offline: %s",
+                    topic.name, topic.topic, partition, reason)
 
     def _topic_info(self, s: Session, topic: TopicEntry,
                     parts: tuple[m.PartitionInfo, ...] | None = None) -> m.TopicInfo:
