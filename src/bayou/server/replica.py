@@ -9,6 +9,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 
+from bayou.broker.authz import SYSTEM, Caller, bind_caller
 from bayou.broker.cluster.node import ClusterNode
 from bayou.protocols.replica.codec import (
     AUTH_FRAME_MAX,
@@ -56,6 +57,10 @@ def replica_handler(node: ClusterNode) -> Callable[[Connection, Listener], Await
     async def serve(conn: Connection, listener: Listener) -> None:
         if node.secret is not None and not await _authenticate(conn, node.secret):
             return
+        # Another broker of the cluster (it proved the secret, when one is set): its fetches and
+        # forwarded produces are bayou's own work; the broker that took the client's produce
+        # checked that client's principal before forwarding it.
+        bind_caller(Caller(SYSTEM))
         buf = bytearray()
         while not listener.draining:
             data = await conn.reader.read(listener.limits.read_size)
