@@ -242,6 +242,9 @@ class Authorizer:
         self._open = anonymous == "all"
         self._resolve: Resolver | None = None
         self._lookup: UserLookup | None = None
+        # (id of a permission set, action, stream id, topic id) -> (that set, the answer): sets are
+        # immutable and replaced whole when they change, so an answer holds while its set lives
+        self._memo: dict[tuple[int, str, int | None, int | None], tuple[Permissions, bool]] = {}
 
     def configure(self, *, anonymous: AnonymousAccess | None = None, resolver: Resolver | None = None,
                   users: UserLookup | None = None) -> None:
@@ -282,10 +285,16 @@ class Authorizer:
         p = self.permissions(principal)
         if p is None:
             return False
-        if permits(p, action):  # a global grant needs no stream
-            return True
         stream_id, topic_id = self.where(topic)
-        return permits(p, action, stream_id, topic_id)
+        key = (id(p), action, stream_id, topic_id)
+        memo = self._memo.get(key)
+        if memo is not None and memo[0] is p:
+            return memo[1]
+        answer = permits(p, action) or permits(p, action, stream_id, topic_id)  # global, or below
+        if len(self._memo) >= 10_000:
+            self._memo.clear()
+        self._memo[key] = (p, answer)
+        return answer
 
     def check_topic(self, action: Action, topic: str) -> None:
         """Raise ``Unauthorized`` unless the current principal may do ``action`` on ``topic``."""
