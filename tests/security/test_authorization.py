@@ -11,6 +11,9 @@ asks. (``all``, the default, is today's behaviour: the rest of the suite runs wi
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +21,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from bayou.client.rtes import RtesClient, RtesClientError
 from bayou.protocols.iggy import messages as im
 from bayou.protocols.iggy.codes import Status
 from bayou.protocols.iggy.framing import Dialect
@@ -257,3 +261,20 @@ async def test_per_topic_grants_through_iggy(brokers: Brokers) -> None:
     assert await _stored(b, OPEN_A) == [b"a-1"]
     assert await _stored(b, OPEN_B) == [b"for-b"]
     assert await _stored(b, OPEN_C) == [b"for-c"]
+
+
+# -- what bayou's own clients show a user ---------------------------------------------------------
+
+
+async def test_the_sdk_and_the_cli_report_the_denial(brokers: Brokers) -> None:
+    b = brokers.read
+    with RtesClient("127.0.0.1", b.port) as client:
+        with pytest.raises(RtesClientError) as denied:
+            client.produce("sec.priv", "k", "forged")
+        assert denied.value.code == "UNAUTHORIZED" and "sec.priv" in denied.value.message
+        assert [v for _o, v in client.consume("sec.priv", 0, 0)[0]] == ["secret-1", "secret-2"]
+    cli = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "bayou", "produce", "sec.priv", "forged", "-b",
+                         f"127.0.0.1:{b.port}"], capture_output=True, text=True, timeout=60)
+    assert cli.returncode != 0 and "UNAUTHORIZED" in cli.stderr and "Traceback" not in cli.stderr, cli
+    assert await _stored(b) == STORED
