@@ -193,16 +193,21 @@ def connection_principal(peer_cn: str | None) -> Principal:
 @dataclass(slots=True)
 class Caller:
     """One connection's principal: ``base`` from how it connected (anonymous or its certificate),
-    ``principal`` what it is now (a login replaces it; a logout goes back to ``base``)."""
+    ``principal`` what it is now (a login replaces it; a logout goes back to ``base``).
+
+    ``memo`` keeps the authorizer's recent answers for this connection, each stamped with the
+    authorizer's epoch, which moves on at any change of users, permissions or topic placement."""
 
     base: Principal
     principal: Principal = field(init=False)
+    memo: dict[tuple[str, str], tuple[int, Principal, bool]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.principal = self.base
 
     def login(self, principal: Principal) -> None:
-        self.principal = principal
+        if principal != self.principal:  # the same one stays the same object (``memo``'s key)
+            self.principal = principal
 
     def logout(self) -> None:
         self.principal = self.base
@@ -245,9 +250,16 @@ class Authorizer:
         # (id of a permission set, action, stream id, topic id) -> (that set, the answer): sets are
         # immutable and replaced whole when they change, so an answer holds while its set lives
         self._memo: dict[tuple[int, str, int | None, int | None], tuple[Permissions, bool]] = {}
+        self.epoch = 0  # moves on at every change that can change an answer (``invalidate``)
+
+    def invalidate(self) -> None:
+        """Users, their permissions or the topics' placement changed: answers given so far and
+        kept by connections (``Caller.memo``) no longer hold."""
+        self.epoch += 1
 
     def configure(self, *, anonymous: AnonymousAccess | None = None, resolver: Resolver | None = None,
                   users: UserLookup | None = None) -> None:
+        self.invalidate()
         if anonymous is not None:
             if anonymous not in ANONYMOUS_PERMISSIONS:
                 raise ValueError(f"anonymous access is one of {', '.join(ANONYMOUS_ACCESS)}")
@@ -297,9 +309,29 @@ class Authorizer:
         return answer
 
     def check_topic(self, action: Action, topic: str) -> None:
-        """Raise ``Unauthorized`` unless the current principal may do ``action`` on ``topic``."""
-        principal = current_principal()
-        if not self.permits_topic(principal, action, topic):
+        """Raise ``Unauthorized`` unless the current principal may do ``action`` on ``topic``.
+
+        The per-request hot path: a connection's answer is kept in its ``Caller`` until the
+        epoch moves (any change of users or topics). A login by personal access token is looked
+        up every time, since its token can expire without any change being made."""
+        caller = _CALLER.get()
+        if caller is None:
+            return  # bayou's own work
+        principal = caller.principal
+        kind = principal.kind
+        if kind == "system" or (self._open and kind == "anonymous"):
+            return
+        key = (action, topic)
+        hit = caller.memo.get(key)
+        if hit is not None and hit[0] == self.epoch and hit[1] is principal:
+            allowed = hit[2]
+        else:
+            allowed = self.permits_topic(principal, action, topic)
+            if principal.token_hash is None:
+                if len(caller.memo) >= 1024:
+                    caller.memo.clear()
+                caller.memo[key] = (self.epoch, principal, allowed)
+        if not allowed:
             raise Unauthorized(f"{principal} may not {action.replace('_', ' ')} on topic {topic}")
 
     def check(self, action: Action) -> None:

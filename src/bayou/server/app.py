@@ -62,8 +62,7 @@ def _iggy(server: BayouServer, name: str) -> Handler:
                           root_username=opts.root_username, root_password=opts.root_password,
                           seed_dialect=opts.seed_dialect)
     handler = iggy_handler(service)
-    # Iggy's users and streams are bayou's principals and permission scopes (broker/authz.py)
-    server.broker.authorizer.configure(resolver=service.resolve_topic, users=service.user_permissions)
+    service.serve_authorizer()  # Iggy's users and streams: bayou's principals and scopes (broker/authz.py)
 
     async def serve(conn: Connection, listener: Listener) -> None:
         service.port = listener.port  # bound to an ephemeral port

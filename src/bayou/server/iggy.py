@@ -241,7 +241,10 @@ class IggyService:
         """Load the catalog and users (once; every connection awaits the same start)."""
         if self._starting is None or (self._starting.done() and (
                 self._starting.cancelled() or self._starting.exception() is not None)):
-            self._starting = asyncio.get_running_loop().create_task(self._start())  # (again)
+            # bayou's own work, not the first client's (whose connection's principal it would
+            # otherwise inherit): a fresh context runs it as the system principal
+            self._starting = asyncio.get_running_loop().create_task(
+                self._start(), context=contextvars.Context())  # (again)
         await asyncio.shield(self._starting)
 
     async def _start(self) -> None:
@@ -527,7 +530,15 @@ class IggyService:
         if principal is None or not self.broker.authorizer.permits(principal, action, stream, topic):
             raise IggyError(Status.UNAUTHORIZED, f"not allowed to {action}")
 
-    # -- what the broker's authorizer asks of the Iggy front end (server/app.py installs them) --
+    # -- what the broker's authorizer asks of the Iggy front end ------------------------------
+
+    def serve_authorizer(self) -> None:
+        """Make Iggy's users and streams the broker's principals and permission scopes: the
+        authorizer asks this front end where a topic is and what a user may do, and forgets its
+        answers whenever users or the catalog change."""
+        authorizer = self.broker.authorizer
+        authorizer.configure(resolver=self.resolve_topic, users=self.user_permissions)
+        self.users.on_change = self.catalog.on_change = authorizer.invalidate
 
     def resolve_topic(self, topic: str) -> tuple[int, int | None]:
         """A bayou topic's (stream id, topic id) for the permission check (Catalog.locate)."""
@@ -946,6 +957,7 @@ class IggyService:
         if req.name != stream.name and self.catalog.stream_name_taken(req.name):
             raise IggyError(Status.STREAM_NAME_ALREADY_EXISTS, f"stream {req.name!r} exists")
         stream.name = req.name
+        self.catalog.changed()  # names not yet in the catalog go by stream name prefix
         await self._save_catalog()
 
     async def _purge_stream(self, s: Session, req: m.PurgeStream) -> None:

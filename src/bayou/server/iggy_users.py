@@ -193,6 +193,7 @@ class UserStore:
         self._by_token: dict[str, tuple[int, str]] = {}  # token hash -> (user id, token name)
         self._lock = threading.RLock()
         self._dummy_hash: str | None = None
+        self.on_change: Callable[[], None] | None = None  # after every change (the authorizer's epoch)
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -229,6 +230,8 @@ class UserStore:
     def _set(self, records: dict[int, _Record]) -> None:
         self._records = records
         self._by_token = {t.token_hash: (r.user.id, t.name) for r in records.values() for t in r.tokens}
+        if self.on_change is not None:
+            self.on_change()
 
     def save_copy(self) -> None:
         """Write the file (cluster mode: this broker's copy of the shared users)."""

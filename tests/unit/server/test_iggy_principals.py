@@ -5,6 +5,7 @@ certificate and sets ``Connection.peer_cn``) is tested with TLS; this is the map
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from pathlib import Path
 
@@ -15,11 +16,16 @@ from bayou.broker.authz import (
     ANONYMOUS,
     EVERYTHING,
     NOTHING,
+    Caller,
     GlobalPermissions,
     Permissions,
     Principal,
+    StreamPermissions,
+    TopicPermissions,
+    bind_caller,
     connection_principal,
 )
+from bayou.errors import Unauthorized
 from bayou.server.iggy import IggyService
 from bayou.server.iggy_users import hash_token
 
@@ -29,8 +35,8 @@ SENDER = Permissions(GlobalPermissions(send_messages=True))
 @pytest.fixture
 def iggy(tmp_path: Path) -> IggyService:
     service = IggyService(Broker(BrokerConfig(data_dir=tmp_path / "data")), port=0)
-    service.broker.authorizer.configure(anonymous="read", resolver=service.resolve_topic,
-                                        users=service.user_permissions)
+    service.serve_authorizer()
+    service.broker.authorizer.configure(anonymous="read")
     return service
 
 
@@ -65,3 +71,38 @@ def test_a_login_ends_with_its_user_or_token(iggy: IggyService) -> None:
     iggy.users.delete_user("dave")
     assert iggy.user_permissions(by_password) is None
     assert not iggy.broker.authorizer.permits_topic(by_password, "poll", "t")  # not even anonymous's
+
+
+def test_a_connections_kept_answers_go_with_any_change(iggy: IggyService) -> None:
+    """The authorizer keeps each connection's answers until users or topics change: a grant
+    taken away, a user deleted or a topic moved applies to the very next request."""
+    az = iggy.broker.authorizer
+    stream = iggy.catalog.add_stream("s", 0)
+    topic = iggy.catalog.add_topic(stream, "t", "s.t", 0)
+    grant = Permissions(streams=(StreamPermissions(stream.id, topics=(
+        TopicPermissions(topic.id, send_messages=True),)),))
+    erin = iggy.users.create_user("erin", "pw-erin", permissions=grant)
+
+    def sends() -> bool:
+        try:
+            az.check_topic("send", "s.t")
+        except Unauthorized:
+            return False
+        return True
+
+    def as_erin() -> list[bool]:
+        bind_caller(Caller(Principal.login(erin.id, "erin")))
+        seen = [sends(), sends()]
+        iggy.users.update_permissions(erin.id, None)
+        seen.append(sends())
+        iggy.users.update_permissions(erin.id, grant)
+        seen.append(sends())
+        iggy.catalog.remove_topic(stream, topic.id)  # s.t now goes by its prefix: no topic grant
+        seen.append(sends())
+        iggy.catalog.add_topic(stream, "t", "s.t", 0, topic_id=topic.id)
+        seen.append(sends())
+        iggy.users.delete_user("erin")
+        seen.append(sends())
+        return seen
+
+    assert contextvars.copy_context().run(as_erin) == [True, True, False, True, False, True, False]
