@@ -24,6 +24,9 @@ Example ``bayou.toml``::
     root_password = "iggy"           # (env IGGY_ROOT_PASSWORD); stored argon2-hashed
     seed_dialect = false             # serve design-document clients, which have no login
 
+    [security]
+    anonymous = "all"                # all | read | none: what a client without login or certificate may do
+
     [broker]
     default_partitions = 3
     auto_create_topics = true
@@ -51,7 +54,14 @@ from typing import Any
 
 from bayou.broker.settings import BrokerConfig
 from bayou.errors import InvalidConfig
-from bayou.server.app import DEFAULT_BIND, PROTOCOLS, ClusterOptions, IggyOptions, ServerConfig
+from bayou.server.app import (
+    DEFAULT_BIND,
+    PROTOCOLS,
+    ClusterOptions,
+    IggyOptions,
+    SecurityOptions,
+    ServerConfig,
+)
 from bayou.server.iggy_users import UserStoreError, check_root_credentials
 from bayou.storage.config import FsyncPolicy, LogConfig
 
@@ -78,12 +88,13 @@ def _scalar_fields(cls: type, exclude: frozenset[str] = frozenset()) -> dict[str
     return out
 
 
-_TABLES = ("listeners", "broker", "log", "iggy", "cluster")
+_TABLES = ("listeners", "broker", "log", "iggy", "cluster", "security")
 TOP_KEYS: dict[str, Kind] = {"data_dir": str, "fsync": str,
                              **_scalar_fields(ServerConfig, exclude=frozenset(_TABLES))}
 BROKER_KEYS = _scalar_fields(BrokerConfig)
 LOG_KEYS = _scalar_fields(LogConfig)
 IGGY_KEYS = _scalar_fields(IggyOptions)
+SECURITY_KEYS = _scalar_fields(SecurityOptions)
 CLUSTER_KEYS: dict[str, Kind] = {"zookeeper": str, "replication": (str, int), "session_timeout_ms": int,
                                   "secret": str}
 
@@ -148,6 +159,7 @@ def validate(raw: dict[str, Any]) -> None:
     _section(raw, "log", LOG_KEYS)
     _section(raw, "iggy", IGGY_KEYS)
     _section(raw, "cluster", CLUSTER_KEYS)
+    SecurityOptions(**_section(raw, "security", SECURITY_KEYS))  # its value too: all, read or none
     listeners = _table(raw, "listeners")
     for name, value in listeners.items():
         if name not in PROTOCOLS:
@@ -258,4 +270,6 @@ def _build(raw: dict[str, Any], *, data_dir: str | None, fsync: str | None,
     top = {k: raw[k] for k in TOP_KEYS if k in raw and k not in ("data_dir", "fsync")}
     if advertised_host:
         top["advertised_host"] = advertised_host
-    return ServerConfig(broker=broker, listeners=addrs, iggy=iggy, cluster=cluster_opts, **top)
+    security = SecurityOptions(**_table(raw, "security"))
+    return ServerConfig(broker=broker, listeners=addrs, iggy=iggy, cluster=cluster_opts, security=security,
+                        **top)

@@ -233,3 +233,12 @@ class BrokerShuttingDown(BayouError):
     code = "BROKER_SHUTTING_DOWN"
     retriable = True
     default_message = "broker is shutting down"
+
+
+@_register
+class Unauthorized(BayouError):
+    """The principal of the request may not do it (broker/authz.py). Each front end answers its
+    protocol's authorization error; nothing was read or changed."""
+
+    code = "UNAUTHORIZED"
+    default_message = "not authorized"

@@ -27,6 +27,10 @@ BAD = [
     ('[log]\nsegmentbytes = 1\n', "unknown [log] keys: segmentbytes"),
     ('[iggy]\nseed_dialect = "yes"\n', "[iggy] seed_dialect must be a boolean"),
     ('[iggy]\nroot_password = 1234\n', "[iggy] root_password must be a string"),
+    ('[security]\nanonymous = false\n', "[security] anonymous must be a string, not the boolean false"),
+    ('[security]\nanonymous = "readonly"\n',
+     "[security] anonymous must be one of all, read, none, not 'readonly'"),
+    ('[security]\nanon = "none"\n', "unknown [security] keys: anon (known: anonymous)"),
     ('[cluster]\nsession_timeout_ms = "4s"\n', "[cluster] session_timeout_ms must be an integer"),
     ('[listeners]\nrtes = true\n', "[listeners] rtes must be a string or an integer"),
     ('[listeners]\nkafka = "9092"\n', "unknown listener 'kafka'"),
@@ -71,6 +75,9 @@ def test_good_file_is_taken(tmp_path: Path) -> None:
     assert cfg.listeners["cursus"] is None
     assert cfg.shutdown_grace_s == 3 and cfg.max_connections == 7
     assert cfg.iggy.seed_dialect is True
+    assert cfg.security.anonymous == "all"  # the default: today's behaviour
+    path.write_text('[security]\nanonymous = "read"\n')
+    assert load_config(path).security.anonymous == "read"
 
 
 def test_flags_override_the_file(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bayou.broker.authz import Action, Authorizer, current_principal
 from bayou.broker.background import run_forever
 from bayou.broker.dedup import DEFAULT_MAX_PRODUCERS, DEFAULT_WINDOW, DedupTable, IdRun, rebuild
 from bayou.broker.groups.coordinator import (
@@ -38,6 +39,7 @@ from bayou.errors import (
     ReplicationTimeout,
     StorageError,
     TopicAlreadyExists,
+    Unauthorized,
     UnknownPartition,
     UnknownTopic,
 )
@@ -173,7 +175,10 @@ class Broker:
         self.config = config
         self.store = Store(config.data_dir, config.log.max_open_files)
         self.topics: dict[str, Topic] = {}
-        self.metadata = ClusterMetadata(config.broker_id)
+        # Who may do what (broker/authz.py): every request below is checked against the principal
+        # of the connection it came from; server/ injects the topic resolver and the users.
+        self.authorizer = Authorizer()
+        self.metadata = ClusterMetadata(config.broker_id, self.authorizer)
         self.groups = GroupCoordinator(config.group_session_timeout_ms, self.partition_count)
         self._groups_file = StateFile(config.data_dir / "groups.json", self.groups.groups_json)
         self._offsets_file = StateFile(config.data_dir / "offsets.json", self.groups.offsets_json)
@@ -343,6 +348,8 @@ class Broker:
         """Create ``name``. In cluster mode the topic is created in ZooKeeper (replicas assigned
         over the live brokers) and every broker, this one included, opens its partitions when it
         sees it; ``from_cluster`` is that local step."""
+        if not from_cluster:
+            self.authorize("manage_topics", name)
         validate_topic_name(name)
         n = self.config.default_partitions if partitions is None else partitions
         if not 1 <= n <= MAX_PARTITIONS:
@@ -451,7 +458,27 @@ class Broker:
     def list_topics(self) -> list[str]:
         return sorted(self.topics)
 
+    def visible_topics(self) -> list[str]:
+        """The topics the caller may describe, sorted: what a listing shows it (Kafka's
+        metadata rule). ``list_topics`` is every topic, for bayou's own use."""
+        return self.authorizer.describable(sorted(self.topics))
+
+    def visible_topics_of(self, names: Iterable[str]) -> list[str]:
+        """Those of ``names`` the caller may describe."""
+        return self.authorizer.describable(names)
+
+    def check_describe(self, name: str) -> None:
+        """Raise Unauthorized unless the caller may describe ``name`` (see ``visible_topics``)."""
+        if not self.visible_topics_of((name,)):
+            raise Unauthorized(f"{current_principal()} may not describe topic {name}")
+
+    def authorize(self, action: Action, topic: str) -> None:
+        """Raise Unauthorized unless the caller may do ``action`` on ``topic``: the check each
+        call below makes, for a front end that must choose its reply before calling."""
+        self.authorizer.check_topic(action, topic)
+
     def describe_topic(self, name: str) -> TopicInfo:
+        self.check_describe(name)
         t = self.topic(name)
         parts = tuple(
             PartitionInfo(p.index, p.role, p.log.log_start_offset, p.log.next_offset, p.high_watermark,
@@ -461,6 +488,8 @@ class Broker:
         return TopicInfo(name, parts, dict(t.meta.config))
 
     async def delete_topic(self, name: str, *, from_cluster: bool = False) -> None:
+        if not from_cluster:
+            self.authorize("manage_topics", name)
         if self.cluster is not None and not from_cluster:
             self.topic(name)
             await self.cluster.delete_topic(name)
@@ -493,6 +522,8 @@ class Broker:
     async def add_partitions(self, name: str, total: int, *, from_cluster: bool = False) -> Topic:
         """Grow a topic to ``total`` partitions (cluster mode: in ZooKeeper, which every broker
         then follows)."""
+        if not from_cluster:
+            self.authorize("manage_topics", name)
         topic = self.topic(name)
         if total <= len(topic.partitions) or total > MAX_PARTITIONS:
             raise InvalidPartitions(
@@ -506,6 +537,7 @@ class Broker:
     async def grow_partitions(self, name: str, more: int) -> Topic:
         """Add ``more`` partitions (Iggy CREATE_PARTITIONS); cluster mode counts from ZooKeeper's
         partition count, which this broker's copy may lag."""
+        self.authorize("manage_topics", name)
         have = len(self.topic(name).partitions)
         if more < 1 or have + more > MAX_PARTITIONS:
             raise InvalidPartitions(f"cannot add {more} partitions to the {have} of topic {name}")
@@ -547,6 +579,8 @@ class Broker:
         between leaves directories that the next start removes. Cluster mode: in ZooKeeper,
         which every broker then follows.
         """
+        if not from_cluster:
+            self.authorize("manage_topics", name)
         have = len(self.topic(name).partitions)
         if not 1 <= count < have:
             raise InvalidPartitions(
@@ -598,6 +632,7 @@ class Broker:
         Cluster mode: done by the broker leading every partition (NotLeader elsewhere); the
         followers take the new log start from their next fetch.
         """
+        self.authorize("manage_topics", name)
         async with self._admin_lock:
             topic = self.topic(name)
             parts = list(topic.partitions)
@@ -621,6 +656,7 @@ class Broker:
         """Delete up to ``count`` of a partition's oldest segments, never the active one (Iggy
         DELETE_SEGMENTS). Returns how many went; the log start moves up past them. Cluster mode:
         on the leader, whose followers then drop their segments below its new log start."""
+        self.authorize("manage_topics", topic)
         if count < 0:
             raise InvalidRequest(f"segment count must not be negative, not {count}")
         async with self._admin_lock:
@@ -632,6 +668,7 @@ class Broker:
 
     async def alter_topic_config(self, name: str, changes: dict[str, str | None]) -> dict[str, str]:
         """Set (or with None, remove) topic config keys; applies to the partitions at once."""
+        self.authorize("manage_topics", name)
         async with self._admin_lock:
             topic = self.topic(name)
             merged = dict(topic.meta.config)
@@ -705,6 +742,7 @@ class Broker:
         gets the batch through this one (for clients that cannot follow a redirect) instead of
         NotLeader.
         """
+        self.authorize("send", topic)
         if self.closing:
             raise BrokerShuttingDown()
         t = await self.ensure_topic(topic) if create else await self.ready_topic(topic, partition)
@@ -756,6 +794,7 @@ class Broker:
         fsync=always it is returned once the log is durable up to there (the replayed originals
         may still have been waiting for their fsync).
         """
+        self.authorize("send", topic)
         if self.closing:
             raise BrokerShuttingDown()
         part = await self.ready_partition(topic, partition)
@@ -848,6 +887,7 @@ class Broker:
         An offset below the log start raises OffsetOutOfRange; one at or past the end returns
         nothing (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches).
         """
+        self.authorize("poll", topic)
         part = await self.ready_partition(topic, partition)
         if not upto_log_end:
             self._check_replica(part)
@@ -880,6 +920,7 @@ class Broker:
     def check_readable(self, topic: str, partition: int) -> None:
         """Raise NotLeader (naming the leader) when this broker holds no replica of the partition
         (cluster mode): consumers are sent where the records are instead of reading nothing."""
+        self.authorize("poll", topic)
         self._check_replica(self.partition(topic, partition))
 
     def _check_replica(self, part: Partition) -> None:
@@ -909,6 +950,7 @@ class Broker:
         """Where the batches a fetch from ``offset`` (up to the high watermark) would return lie in
         one segment file, for zero-copy serving; None when nothing is visible yet. An offset below
         the log start raises OffsetOutOfRange."""
+        self.authorize("poll", topic)
         part = await self.ready_partition(topic, partition)
         self._check_replica(part)
         return await asyncio.get_running_loop().run_in_executor(
@@ -916,6 +958,7 @@ class Broker:
                                               payload_only=payload_only))
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
+        self.authorize("poll", topic)
         part = await self.ready_partition(topic, partition)
         self._check_replica(part)
         return await asyncio.get_running_loop().run_in_executor(
@@ -928,6 +971,7 @@ class Broker:
         ZooKeeper: ``leader`` makes this broker the leader (it must be a live member of the ISR),
         ``follower`` hands leadership to another live ISR member; the partition follows when the
         new state reaches it."""
+        self.authorizer.check("manage_servers")  # a flux-era replication command
         if role not in (LEADER, FOLLOWER):
             raise InvalidRequest("invalid role")
         if self.cluster is not None:
@@ -963,6 +1007,7 @@ class Broker:
         In cluster mode progress comes only from the followers' own fetches (a report could
         otherwise acknowledge records no replica holds): the reply is the real state, checked like
         a report (the partition led here, the id one of its replicas)."""
+        self.authorizer.check("manage_servers")  # a flux-era replication command
         if self.cluster is not None:
             part = await self.ready_partition(topic, partition)
             rs = part.cluster
@@ -1028,6 +1073,7 @@ class Broker:
 
     async def join_group(self, group: str, topic: str, member: str, assignor: str | None = None,
                          policy: GroupPolicy = RTES_POLICY) -> GroupView:
+        self.authorize("poll", topic)
         if self._shared_group(group, policy):
             return await self._in_cluster(
                 group, lambda: self.groups.join(group, topic, member, assignor, policy))
@@ -1038,6 +1084,7 @@ class Broker:
     async def register_group(self, group: str, topic: str, policy: GroupPolicy,
                              assignor: str | None = None) -> GroupDescription:
         """Register ``group`` for ``topic`` (no member joins); the existing group if there is one."""
+        self.authorize("poll", topic)
         partitions = None if policy.rebind_topic else self.partition_count(topic)
         if self._shared_group(group, policy):
             return await self._in_cluster(group, lambda: self.groups.describe(
@@ -1072,6 +1119,7 @@ class Broker:
             await self._groups_file.save()
 
     async def resume_group(self, group: str, topic: str, member: str, generation: int) -> GroupView:
+        self.authorize("poll", topic)
         before = self._generation(group)
         try:
             return self.groups.resume(group, topic, member, generation)
@@ -1080,6 +1128,7 @@ class Broker:
                 await self._groups_file.save()
 
     async def sync_group(self, group: str, topic: str, member: str, generation: int) -> GroupView:
+        self.authorize("poll", topic)
         if self._shared_group(group):
             return await self._in_cluster(
                 group, lambda: self.groups.sync(group, topic, member, generation))
@@ -1094,6 +1143,7 @@ class Broker:
         return view
 
     async def heartbeat(self, group: str, topic: str, member: str, generation: int) -> None:
+        self.authorize("poll", topic)
         if self._shared_group(group):
             return await self._in_cluster(
                 group, lambda: self.groups.heartbeat(group, topic, member, generation))
@@ -1117,6 +1167,7 @@ class Broker:
     async def commit_offset(self, group: str, topic: str, partition: int, offset: int, *,
                             member: str | None = None, generation: int | None = None) -> None:
         """Store a committed offset durably; with a member, check its generation and ownership."""
+        self.authorize("poll", topic)
         if offset < 0:
             raise OffsetOutOfRange("invalid offset")
         if member is not None and generation is not None:
@@ -1156,6 +1207,7 @@ class Broker:
     async def commit_offsets(self, group: str, topic: str, entries: dict[int, int], *,
                              member: str, generation: int) -> None:
         """Commit several partitions at once, all or nothing, each checked for ownership."""
+        self.authorize("poll", topic)
         if any(off < 0 for off in entries.values()):
             raise OffsetOutOfRange("invalid offset")
         await self._check_commit(group, topic, member, generation, entries)
@@ -1203,6 +1255,7 @@ class Broker:
             await self._offsets_file.save()
 
     async def delete_committed_offset(self, group: str, topic: str, partition: int) -> bool:
+        self.authorize("poll", topic)
         if await self.current_committed_offset(group, topic, partition) is None:
             return False
         if self.cluster is not None:  # the cluster's copy first, as for commits
@@ -1214,15 +1267,18 @@ class Broker:
 
     async def flush_partition(self, topic: str, partition: int) -> None:
         """fsync everything appended to a partition so far."""
+        self.authorize("send", topic)
         part = self.partition(topic, partition)
         await asyncio.get_running_loop().run_in_executor(self._io, part.log.flush)
 
     def committed_offset(self, group: str, topic: str, partition: int) -> int | None:
+        self.authorize("poll", topic)
         return self.groups.committed(group, topic, partition)
 
     async def current_committed_offset(self, group: str, topic: str, partition: int) -> int | None:
         """The committed offset as the cluster has it now (a commit made through another broker
         a moment ago included); on a single node the same as ``committed_offset``."""
+        self.authorize("poll", topic)
         if self.cluster is None:
             return self.groups.committed(group, topic, partition)
         return await self.cluster.committed_offset(group, topic, partition)

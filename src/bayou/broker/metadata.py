@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from bayou.broker.authz import Authorizer
+
 
 @dataclass(slots=True)
 class BrokerInfo:
@@ -29,8 +31,9 @@ class PartitionMeta:
 
 
 class ClusterMetadata:
-    def __init__(self, self_id: int) -> None:
+    def __init__(self, self_id: int, authorizer: Authorizer | None = None) -> None:
         self.self_id = self_id
+        self.authorizer = authorizer or Authorizer()
         self.term = 1
         self.index = 0
         self.brokers: dict[int, BrokerInfo] = {}
@@ -45,6 +48,7 @@ class ClusterMetadata:
         return int(time.time() * 1000)
 
     def register_broker(self, broker_id: int, host: str, port: int, epoch: int = 0) -> BrokerInfo:
+        self.authorizer.check("manage_servers")  # the V1 ADMIN_* commands change it
         info = BrokerInfo(broker_id, host, port, epoch, self.now_ms())
         prev = self.brokers.get(broker_id)
         if prev is not None:
@@ -54,12 +58,14 @@ class ClusterMetadata:
         return info
 
     def heartbeat(self, broker_id: int) -> BrokerInfo:
+        self.authorizer.check("manage_servers")  # the V1 ADMIN_* commands change it
         info = self.brokers[broker_id]
         info.last_heartbeat_ms = self.now_ms()
         self._bump()
         return info
 
     def set_fenced(self, broker_id: int, fenced: bool) -> BrokerInfo:
+        self.authorizer.check("manage_servers")  # the V1 ADMIN_* commands change it
         info = self.brokers[broker_id]
         info.fenced = fenced
         self._bump()
@@ -67,6 +73,7 @@ class ClusterMetadata:
 
     def reconcile_health(self, timeout_ms: int) -> int:
         """Fence brokers silent for longer than ``timeout_ms``; unfence those heard from since."""
+        self.authorizer.check("manage_servers")  # the V1 ADMIN_* commands change it
         now = self.now_ms()
         changes = 0
         for info in self.brokers.values():
@@ -97,6 +104,7 @@ class ClusterMetadata:
         self._bump()
 
     def set_leader(self, topic: str, partition: int, leader: int, isr: list[int] | None) -> PartitionMeta:
+        self.authorizer.check("manage_servers")
         meta = self.partitions[(topic, partition)]
         if leader != meta.leader:
             meta.leader_epoch += 1
@@ -108,6 +116,7 @@ class ClusterMetadata:
 
     def elect_leaders(self, topic: str) -> int:
         """Give every partition of ``topic`` whose leader is missing or fenced a live leader."""
+        self.authorizer.check("manage_servers")
         live = sorted(b for b, info in self.brokers.items() if not info.fenced)
         changes = 0
         for (t, _p), meta in sorted(self.partitions.items()):

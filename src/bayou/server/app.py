@@ -10,9 +10,11 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from bayou.broker import Broker, BrokerConfig
+from bayou.broker.authz import ANONYMOUS_ACCESS, AnonymousAccess
+from bayou.errors import InvalidConfig
 from bayou.server.base import Admission, Connection, ConnectionLimits, Listener
 from bayou.server.cursus import Advertised, CursusService, cursus_handler
 from bayou.server.iggy import IggyService, iggy_handler
@@ -60,6 +62,7 @@ def _iggy(server: BayouServer, name: str) -> Handler:
                           root_username=opts.root_username, root_password=opts.root_password,
                           seed_dialect=opts.seed_dialect)
     handler = iggy_handler(service)
+    service.serve_authorizer()  # Iggy's users and streams: bayou's principals and scopes (broker/authz.py)
 
     async def serve(conn: Connection, listener: Listener) -> None:
         service.port = listener.port  # bound to an ephemeral port
@@ -103,6 +106,20 @@ class IggyOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class SecurityOptions:
+    """What a connection without a login or client certificate may do (broker/authz.py): ``all``
+    (today's seed protocols, which have no login), ``read`` (read and describe topics, fetch,
+    commit offsets; no produce, no admin) or ``none``."""
+
+    anonymous: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.anonymous not in ANONYMOUS_ACCESS:
+            raise InvalidConfig(f"[security] anonymous must be one of {', '.join(ANONYMOUS_ACCESS)}, "
+                                f"not {self.anonymous!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterOptions:
     """Cluster mode: the ZooKeeper ensemble (``zk://HOST:PORT[,HOST:PORT]/path``) and where this
     broker's replication listener (followers' fetches) binds."""
@@ -134,6 +151,7 @@ class ServerConfig:
     advertised_host: str = "localhost"
     iggy: IggyOptions = field(default_factory=IggyOptions)
     cluster: ClusterOptions | None = None
+    security: SecurityOptions = field(default_factory=SecurityOptions)
 
     def __post_init__(self) -> None:
         self.connection_limits()  # refuse bad limits when the configuration is read
@@ -150,6 +168,7 @@ class BayouServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.broker: Broker = Broker(config.broker)
+        self.broker.authorizer.configure(anonymous=cast(AnonymousAccess, config.security.anonymous))
         self.listeners: dict[str, Listener] = {}
         self._stopping: asyncio.Event | None = None
         self.admission: Admission | None = None
@@ -181,6 +200,8 @@ class BayouServer:
             await self.stop()
             raise
         self._warn_exposed()
+        log.info("anonymous access: %s", self.config.security.anonymous,
+                 extra={"anonymous": self.config.security.anonymous})
         log.info("bayou ready", extra={
             "data_dir": str(self.config.broker.data_dir),
             "listeners": {n: f"{li.host}:{li.port}" for n, li in self.listeners.items()},
@@ -210,6 +231,8 @@ class BayouServer:
         for name, li in self.listeners.items():
             if is_loopback(li.host) or (name == "iggy" and not self.config.iggy.seed_dialect):
                 continue  # Iggy clients log in (unless the login-less seed dialect is on)
+            if self.config.security.anonymous != "all" and name != "replication":
+                continue  # anonymous clients may read at most ([security] anonymous)
             if name == "replication" and self.config.cluster is not None and self.config.cluster.secret:
                 continue  # brokers prove they know the cluster's secret
             log.warning("listener reachable from other hosts without authentication: anyone who reaches "

@@ -30,6 +30,7 @@ from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from bayou.broker.authz import Caller, bind_caller, connection_principal
 from bayou.errors import InvalidConfig
 
 log = logging.getLogger("bayou.server")
@@ -145,6 +146,7 @@ class Connection:
         self.requests = 0
         self.held = 0  # bytes of the byte budget this connection holds
         self.task: asyncio.Task[None] | None = None
+        self.peer_cn: str | None = None  # CN of a verified TLS client certificate
         peer = writer.get_extra_info("peername")
         self.ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -254,6 +256,7 @@ class Listener:
         adm.per_ip[conn.ip] += 1
         self.connections.add(conn)
         try:
+            bind_caller(Caller(connection_principal(conn.peer_cn)))  # the principal: broker/authz.py
             await self.handler(conn, self)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass

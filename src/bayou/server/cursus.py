@@ -34,6 +34,7 @@ from bayou.errors import (
     OutOfOrderSequence,
     PartitionNotAssigned,
     ProducerFenced,
+    Unauthorized,
     UnknownMember,
 )
 from bayou.protocols.cursus import batch as cb
@@ -167,6 +168,8 @@ class CursusService:
             return replies.error(code if addr is None else f"{code} LEADER_IS {addr[0]}:{addr[1]}")
         except CorruptStorage as exc:
             return replies.error(replies.ErrorCode.STORAGE_ERROR, ("reason", exc.message))
+        except Unauthorized as exc:  # the connection stays open
+            return replies.error(replies.ErrorCode.UNAUTHORIZED, ("reason", exc.message))
         except BayouError as exc:
             return replies.error("command_failed", ("reason", exc.message))
         except Exception:
@@ -299,7 +302,7 @@ class CursusService:
         return replies.ok(("topic", topic), ("deleted", True))
 
     async def list_topics(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
-        names = self.broker.list_topics()
+        names = self.broker.visible_topics()
         return replies.ok(("count", len(names)), ("topics", ",".join(names)))
 
     async def help(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:

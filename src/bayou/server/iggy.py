@@ -45,6 +45,7 @@ import xxhash
 
 from bayou import __version__
 from bayou.broker import Acks, Broker
+from bayou.broker.authz import ANONYMOUS, Action, Permissions, Principal, current_caller
 from bayou.broker.background import run_forever
 from bayou.broker.broker import TOPIC_KEYS
 from bayou.broker.cluster.state import MEMBER_BROKER_SHIFT, connection_member_base
@@ -117,14 +118,14 @@ from bayou.records.model import Record
 from bayou.server.base import Connection, Listener
 from bayou.server.iggy_catalog import Catalog, GroupEntry, StreamEntry, TopicEntry
 from bayou.server.iggy_users import (
-    Action,
     AuthFailure,
     User,
     UserStore,
     UserStoreError,
-    allowed,
     check_root_credentials,
+    from_iggy,
     hash_token,
+    permissions_of,
 )
 from bayou.server.login_guard import LoginGuard, client_ip
 from bayou.server.workers import decode_stored, hash_pool, inflate_pool, run_in
@@ -166,7 +167,7 @@ POLL_MAX_BYTES = 64 * 1024 * 1024
 IDLE_MEMBER_TIMEOUT_S = 36.0  # the current server: 1.2 x 30 s without a request, members only (E.5)
 TRANSPORT_TCP = 1
 
-# What a command needs before it runs: nothing (None) or a permission (see iggy_users.allowed).
+# What a command needs before it runs: nothing (None) or a permission (see broker/authz.py).
 PUBLIC = frozenset({Command.PING, Command.LOGIN_USER, Command.LOGIN_REGISTER,
                     Command.LOGIN_WITH_PERSONAL_ACCESS_TOKEN, Command.LOGIN_REGISTER_WITH_PAT})
 
@@ -240,6 +241,7 @@ class IggyService:
         self._unsaved: set[str] = set()  # files whose last write failed (ENOSPC, EIO): kept in memory
         self._rewriter: asyncio.Task[None] | None = None
         self.handlers: dict[Command, Handler] = self._handler_table()
+        self._unknown_cns: set[str] = set()  # certificate CNs naming no user, logged once each
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -247,7 +249,10 @@ class IggyService:
         """Load the catalog and users (once; every connection awaits the same start)."""
         if self._starting is None or (self._starting.done() and (
                 self._starting.cancelled() or self._starting.exception() is not None)):
-            self._starting = asyncio.get_running_loop().create_task(self._start())  # (again)
+            # bayou's own work, not the first client's (whose connection's principal it would
+            # otherwise inherit): a fresh context runs it as the system principal
+            self._starting = asyncio.get_running_loop().create_task(
+                self._start(), context=contextvars.Context())  # (again)
         await asyncio.shield(self._starting)
 
     async def _start(self) -> None:
@@ -535,9 +540,12 @@ class IggyService:
                 and s.dialect in (None, Dialect.SEED))
 
     def _require_login(self, s: Session, command: Command) -> None:
+        caller = current_caller()
         if s.user is not None:  # permissions are the user's as they are now, not at login
             current = self.users.current(s.user.id, s.token_hash)
             if current is None:  # deleted, deactivated, or its token deleted: the session ends
+                if caller is not None:
+                    caller.logout()
                 log.warning("iggy session ended: its user or token was revoked",
                             extra={"peer": s.address, "user": s.user.username})
                 s.user = None
@@ -546,17 +554,59 @@ class IggyService:
                                 eviction=EvictionReason.INVALID_CREDENTIALS if s.dialect is Dialect.VSR
                                 else None)
             s.user = current
+            if caller is not None:  # what the broker checks this request against
+                caller.login(Principal.login(current.id, current.username, s.token_hash))
             return
+        if caller is not None:
+            caller.logout()
         if command in PUBLIC or self._anonymous(s):
             return
         raise IggyError(Status.UNAUTHENTICATED, f"{command.name} needs a login")
 
+    def _principal(self, s: Session) -> Principal | None:
+        """Who the session is: its user, or (a seed-dialect client, which has no login) the
+        connection's own principal (anonymous, or its TLS client certificate's user)."""
+        if s.user is not None:
+            return Principal.login(s.user.id, s.user.username, s.token_hash)
+        if self._anonymous(s):
+            caller = current_caller()
+            return ANONYMOUS if caller is None else caller.base
+        return None
+
     def _permit(self, s: Session, action: Action, stream: int | None = None,
                 topic: int | None = None) -> None:
-        if self._anonymous(s):
-            return
-        if s.user is None or not allowed(s.user, action, stream, topic):
+        principal = self._principal(s)
+        if principal is None or not self.broker.authorizer.permits(principal, action, stream, topic):
             raise IggyError(Status.UNAUTHORIZED, f"not allowed to {action}")
+
+    # -- what the broker's authorizer asks of the Iggy front end ------------------------------
+
+    def serve_authorizer(self) -> None:
+        """Make Iggy's users and streams the broker's principals and permission scopes: the
+        authorizer asks this front end where a topic is and what a user may do, and forgets its
+        answers whenever users or the catalog change."""
+        authorizer = self.broker.authorizer
+        authorizer.configure(resolver=self.resolve_topic, users=self.user_permissions)
+        self.users.on_change = self.catalog.on_change = authorizer.invalidate
+
+    def resolve_topic(self, topic: str) -> tuple[int, int | None]:
+        """A bayou topic's (stream id, topic id) for the permission check (Catalog.locate)."""
+        return self.catalog.locate(topic)
+
+    def user_permissions(self, principal: Principal) -> Permissions | None:
+        """A user principal's permissions now: a login's by id (None once the user or its token
+        is gone or inactive), a certificate's by the CN as user name (None when no active user
+        has that name: the connection is then anonymous; said once per name at INFO)."""
+        if principal.user_id is not None:
+            user = self.users.current(principal.user_id, principal.token_hash)
+        else:
+            found = self.users.get(principal.name or "")
+            user = found if found is not None and found.active else None
+            if user is None and principal.name not in self._unknown_cns:
+                self._unknown_cns.add(principal.name or "")
+                log.info("TLS client certificate names no active user: anonymous",
+                         extra={"cn": principal.name})
+        return None if user is None else permissions_of(user)
 
     def _handler_table(self) -> dict[Command, Handler]:
         c = Command
@@ -882,7 +932,7 @@ class IggyService:
         self._permit(s, "manage_users")
         user: User = await self._users_call(self.users.create_user, req.username, req.password,
                                       active=req.status == m.UserStatus.ACTIVE,
-                                      permissions=req.permissions)
+                                      permissions=from_iggy(req.permissions))
         return user.details()
 
     async def _delete_user(self, s: Session, req: m.DeleteUser) -> None:
@@ -897,7 +947,7 @@ class IggyService:
 
     async def _update_permissions(self, s: Session, req: m.UpdatePermissions) -> None:
         self._permit(s, "manage_users")
-        await self._users_call(self.users.update_permissions, req.user.value, req.permissions)
+        await self._users_call(self.users.update_permissions, req.user.value, from_iggy(req.permissions))
 
     async def _change_password(self, s: Session, req: m.ChangePassword) -> None:
         assert s.user is not None
@@ -975,6 +1025,7 @@ class IggyService:
         if req.name != stream.name and self.catalog.stream_name_taken(req.name):
             raise IggyError(Status.STREAM_NAME_ALREADY_EXISTS, f"stream {req.name!r} exists")
         stream.name = req.name
+        self.catalog.changed()  # names not yet in the catalog go by stream name prefix
         await self._save_catalog()
 
     async def _purge_stream(self, s: Session, req: m.PurgeStream) -> None:
@@ -1070,7 +1121,7 @@ class IggyService:
             await self.broker.delete_group(topic.broker_group(g))
         with contextlib.suppress(BayouError):
             await self.broker.delete_topic(topic.topic)
-        stream.topics.pop(topic.id, None)
+        self.catalog.remove_topic(stream, topic.id)
 
     async def _delete_topic(self, s: Session, req: m.DeleteTopic) -> None:
         stream, topic = await self._resolve(req.stream, req.topic)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,10 @@ class Catalog:
         self.path = path
         self.streams: dict[int, StreamEntry] = {}
         self.default = StreamEntry(DEFAULT_STREAM_ID, DEFAULT_STREAM_NAME, 0)
+        self._changes = 0  # counts the changes to which topic is where (for ``locate``'s index)
+        self._indexed = -1
+        self._index: dict[str, tuple[int, int]] = {}
+        self.on_change: Callable[[], None] | None = None  # after every change (the authorizer's epoch)
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -113,6 +117,7 @@ class Catalog:
     def replace(self, data: bytes) -> None:
         """Take the whole catalog from ``snapshot()`` bytes (cluster mode: the shared copy)."""
         raw = json.loads(data)
+        self.changed()
         self.streams = {}
         self.default.topics = {}
         for s in raw.get("streams", []):
@@ -160,6 +165,31 @@ class Catalog:
             for t in s.topics.values():
                 yield s, t
 
+    def changed(self) -> None:
+        """Which topic is where may have changed (``locate``'s index, the authorizer's answers)."""
+        self._changes += 1
+        if self.on_change is not None:
+            self.on_change()
+
+    def locate(self, topic: str) -> tuple[int, int | None]:
+        """The (stream id, topic id) a bayou topic has, for the permission check: the catalog's
+        entry; else, for a topic it does not hold yet (being created, or made by another protocol
+        a moment ago), the Iggy stream whose name prefix it bears (``<stream>.``, the longest), or
+        the default stream, with no topic id. A dictionary look-up on the hot path."""
+        if self._indexed != self._changes:
+            self._index = {t.topic: (s.id, t.id) for s in (*self.streams.values(), self.default)
+                           for t in s.topics.values()}
+            self._indexed = self._changes
+        hit = self._index.get(topic)
+        if hit is not None:
+            return hit
+        best: tuple[int, int] | None = None  # (prefix length, stream id)
+        for s in self.streams.values():
+            prefix = f"{_UNSAFE.sub('_', s.name)}."
+            if topic.startswith(prefix) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), s.id)
+        return (DEFAULT_STREAM_ID, None) if best is None else (best[1], None)
+
     def stream_name_taken(self, name: str) -> bool:
         return name == DEFAULT_STREAM_NAME or any(s.name == name for s in self.streams.values())
 
@@ -168,10 +198,16 @@ class Catalog:
     def add_stream(self, name: str, created_at: int, stream_id: int | None = None) -> StreamEntry:
         sid = _lowest_free(self.streams) if stream_id is None else stream_id
         entry = self.streams[sid] = StreamEntry(sid, name, created_at)
+        self.changed()
         return entry
 
     def remove_stream(self, stream: StreamEntry) -> None:
         self.streams.pop(stream.id, None)
+        self.changed()
+
+    def remove_topic(self, stream: StreamEntry, topic_id: int) -> None:
+        stream.topics.pop(topic_id, None)
+        self.changed()
 
     def bayou_topic_name(self, stream: str, topic: str, existing: set[str]) -> str:
         """The bayou topic a new Iggy topic gets (see the module docstring)."""
@@ -192,6 +228,7 @@ class Catalog:
         tid = _lowest_free(stream.topics) if topic_id is None else topic_id
         entry = stream.topics[tid] = TopicEntry(tid, name, bayou_topic, created_at, compression,
                                                 message_expiry, max_topic_size, replication_factor)
+        self.changed()
         return entry
 
     def mapped_topics(self) -> set[str]:
@@ -224,6 +261,8 @@ class Catalog:
         for name in sorted(present - mapped - known):
             self.add_topic(self.default, name, name, now_us)
             changed = True
+        if changed:
+            self.changed()
         if changed and self.default.topics and not self.default.created_at:
             self.default.created_at = min(t.created_at for t in self.default.topics.values())
         return changed

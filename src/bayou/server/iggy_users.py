@@ -1,10 +1,12 @@
 """Iggy users and personal access tokens, kept durably in ``<data>/iggy/users.json``.
 
 The Iggy server front end asks this store who a client is (LOGIN_USER, LOGIN_REGISTER, logins by
-token) and what it may do (``allowed``), and runs the user and token administration commands on it.
+token), and runs the user and token administration commands on it; the broker's authorizer asks it
+what a user may do now (``permissions_of``: bayou's permission model, broker/authz.py, which the
+store keeps and the Iggy front end converts from and to Iggy's ``Permissions`` messages).
 Everything is synchronous; the calls that hash (``authenticate``, ``create_user``,
 ``change_password``) take tens of milliseconds by design, so the server runs them in an executor.
-Reads (``get``, ``users``, ``tokens``, ``allowed``) never block: records are immutable and replaced
+Reads (``get``, ``users``, ``tokens``, ``current``) never block: records are immutable and replaced
 whole, and only writers take the lock.
 
 Secrets never reach the disk in the clear: passwords are Argon2id hashes (argon2-cffi, t=2,
@@ -32,11 +34,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
+from bayou.broker import authz
 from bayou.protocols.iggy import messages as m
 from bayou.storage.fsutil import atomic_write
 
@@ -50,8 +53,6 @@ _U64_MAX = (1 << 64) - 1
 _FORMAT = 1
 
 AuthReason = Literal["invalid_credentials", "inactive", "invalid_token"]
-Action = Literal["manage_servers", "read_servers", "manage_users", "read_users", "manage_streams",
-                 "read_streams", "manage_topics", "read_topics", "poll", "send"]
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -126,7 +127,7 @@ class User:
     username: str
     created_at: int  # microseconds since the epoch
     active: bool
-    permissions: m.Permissions | None
+    permissions: authz.Permissions | None
 
     @property
     def is_root(self) -> bool:
@@ -142,7 +143,7 @@ class User:
 
     def details(self) -> m.UserDetails:
         """The GET_USER / CREATE_USER reply."""
-        return m.UserDetails(self.info(), self.permissions)
+        return m.UserDetails(self.info(), to_iggy(self.permissions))
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +196,7 @@ class UserStore:
         self._lock = threading.RLock()
         self._dummy_hash: str | None = None
         self.unsaved = False  # the first start could not write the file (the server retries it)
+        self.on_change: Callable[[], None] | None = None  # after every change (the authorizer's epoch)
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -206,7 +208,7 @@ class UserStore:
             if not self.path.exists():
                 _check_username(self.root_username)
                 _check_password(self.root_password)
-                root = User(ROOT_ID, self.root_username, self.clock(), True, m.Permissions.root())
+                root = User(ROOT_ID, self.root_username, self.clock(), True, authz.Permissions.everything())
                 self._set({ROOT_ID: _Record(root, self._hasher.hash(self.root_password))})
                 try:
                     self._save()
@@ -235,6 +237,8 @@ class UserStore:
     def _set(self, records: dict[int, _Record]) -> None:
         self._records = records
         self._by_token = {t.token_hash: (r.user.id, t.name) for r in records.values() for t in r.tokens}
+        if self.on_change is not None:
+            self.on_change()
 
     def save_copy(self) -> None:
         """Write the file (cluster mode: this broker's copy of the shared users)."""
@@ -327,7 +331,7 @@ class UserStore:
     # -- user administration -------------------------------------------------------------------
 
     def create_user(self, username: str, password: str, *, active: bool = True,
-                    permissions: m.Permissions | None = None) -> User:
+                    permissions: authz.Permissions | None = None) -> User:
         _check_username(username)
         _check_password(password)
         if self._record(username) is not None:
@@ -356,7 +360,7 @@ class UserStore:
             self._replace(dataclasses.replace(record, user=user), user.id)
             return user
 
-    def update_permissions(self, ident: int | str, permissions: m.Permissions | None) -> User:
+    def update_permissions(self, ident: int | str, permissions: authz.Permissions | None) -> User:
         """A full replacement (None removes every permission). Root's cannot change."""
         with self._lock:
             record = self._require(ident)
@@ -425,58 +429,40 @@ class UserStore:
 
 # -- permissions --------------------------------------------------------------------------------
 
-# action -> (global flags, stream flags, topic flags): any one set flag grants it. Stream flags count
-# only when the caller names the stream, topic flags only when it names stream and topic. The
-# chains are the ones Iggy documents on its permission types (``permissions.rs``): manage implies
-# read, manage_streams implies manage_topics, read_streams and manage_topics imply read_topics,
-# read_topics implies poll. Sending follows Iggy's ``append_messages`` rule: only send_messages
-# grants it globally; manage_stream, manage_topics and manage_topic also grant it below.
-_RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
-    "manage_servers": (("manage_servers",), (), ()),
-    "read_servers": (("manage_servers", "read_servers"), (), ()),
-    "manage_users": (("manage_users",), (), ()),
-    "read_users": (("manage_users", "read_users"), (), ()),
-    "manage_streams": (("manage_streams",), ("manage_stream",), ()),
-    "read_streams": (("manage_streams", "read_streams"), ("manage_stream", "read_stream"), ()),
-    "manage_topics": (("manage_streams", "manage_topics"), ("manage_stream", "manage_topics"),
-                      ("manage_topic",)),
-    "read_topics": (("manage_streams", "read_streams", "manage_topics", "read_topics"),
-                    ("manage_stream", "read_stream", "manage_topics", "read_topics"),
-                    ("manage_topic", "read_topic")),
-    "poll": (("manage_streams", "read_streams", "manage_topics", "read_topics", "poll_messages"),
-             ("manage_stream", "read_stream", "manage_topics", "read_topics", "poll_messages"),
-             ("manage_topic", "read_topic", "poll_messages")),
-    "send": (("send_messages",), ("manage_stream", "manage_topics", "send_messages"),
-             ("manage_topic", "send_messages")),
-}
 
-
-def allowed(user: User, action: Action, stream_id: int | None = None, topic_id: int | None = None) -> bool:
-    """Whether ``user`` may do ``action`` (on ``stream_id`` / ``topic_id`` when given).
-
-    Which action guards which command, as Iggy's permissioner does: stats and clients need
-    read_servers; get user(s) read_users; user and password changes manage_users (changing one's
-    own password needs nothing); create stream manage_streams with no stream; update, delete and
-    purge stream manage_streams with the stream; get stream(s) read_streams; create topic
-    manage_topics with the stream; update, delete, purge topic, partitions and segments
-    manage_topics with stream and topic; get topic(s) and every consumer-group command read_topics;
-    poll and consumer offsets poll; send send. Root may do everything; activity is checked at
-    login, not here."""
+def permissions_of(user: User) -> authz.Permissions:
+    """What ``user`` may do (root: everything, whatever its record says; none: nothing)."""
     if user.is_root:
-        return True
-    p = user.permissions
-    if p is None:
-        return False
-    global_flags, stream_flags, topic_flags = _RULES[action]
-    if any(getattr(p.global_permissions, f) for f in global_flags):
-        return True
-    stream = None if stream_id is None else p.stream(stream_id)
-    if stream is None:
-        return False
-    if any(getattr(stream, f) for f in stream_flags):
-        return True
-    topic = None if topic_id is None else stream.topic(topic_id)
-    return topic is not None and any(getattr(topic, f) for f in topic_flags)
+        return authz.EVERYTHING
+    return user.permissions or authz.NOTHING
+
+
+def _fields(obj: Any, skip: str = "") -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.name != skip}
+
+
+# (permission set, global, stream, topic) types: Iggy's messages and bayou's model share every name
+_IGGY: tuple[type, type, type, type] = (m.Permissions, m.GlobalPermissions, m.StreamPermissions,
+                                        m.TopicPermissions)
+_BAYOU: tuple[type, type, type, type] = (authz.Permissions, authz.GlobalPermissions,
+                                         authz.StreamPermissions, authz.TopicPermissions)
+
+
+def _convert(p: Any, kinds: tuple[type, type, type, type]) -> Any:
+    perms, glob, stream, topic = kinds
+    return perms(glob(**_fields(p.global_permissions)), tuple(
+        stream(**_fields(s, "topics"), topics=tuple(topic(**_fields(t)) for t in s.topics))
+        for s in p.streams))
+
+
+def from_iggy(p: m.Permissions | None) -> authz.Permissions | None:
+    """An Iggy ``Permissions`` message (CREATE_USER, UPDATE_PERMISSIONS) as bayou's model."""
+    return None if p is None else cast(authz.Permissions, _convert(p, _BAYOU))
+
+
+def to_iggy(p: authz.Permissions | None) -> m.Permissions | None:
+    """bayou's model as Iggy's ``Permissions`` message (GET_USER, CREATE_USER replies)."""
+    return None if p is None else cast(m.Permissions, _convert(p, _IGGY))
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -527,10 +513,11 @@ def _record_from_json(d: dict[str, Any]) -> _Record:
     return _Record(user, str(d["password_hash"]), tokens)
 
 
-def _permissions_from_json(d: dict[str, Any] | None) -> m.Permissions | None:
+def _permissions_from_json(d: dict[str, Any] | None) -> authz.Permissions | None:
     if d is None:
         return None
+    # read through Iggy's types, which sort and refuse duplicate stream and topic ids
     streams = tuple(
         m.StreamPermissions(**{**s, "topics": tuple(m.TopicPermissions(**t) for t in s["topics"])})
         for s in d["streams"])
-    return m.Permissions(m.GlobalPermissions(**d["global_permissions"]), streams)
+    return from_iggy(m.Permissions(m.GlobalPermissions(**d["global_permissions"]), streams))

@@ -9,6 +9,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 
+from bayou.broker.authz import SYSTEM, Caller, bind_caller
 from bayou.broker.cluster.node import ClusterNode
 from bayou.protocols.replica.codec import (
     AUTH_FRAME_MAX,
@@ -80,6 +81,10 @@ def replica_handler(node: ClusterNode) -> Callable[[Connection, Listener], Await
         buf = bytearray()
         if node.secret is not None and not await _authenticate(conn, buf, node.secret):
             return
+        # Another broker of the cluster (it proved the secret, when one is set): its fetches and
+        # forwarded produces are bayou's own work; the broker that took the client's produce
+        # checked that client's principal before forwarding it.
+        bind_caller(Caller(SYSTEM))
         cap = listener.limits.frame_cap(MAX_FRAME)
         while not listener.draining:
             try:

@@ -24,6 +24,7 @@ from bayou.errors import (
     PartitionNotAssigned,
     ReplicationTimeout,
     TopicAlreadyExists,
+    Unauthorized,
     UnknownMember,
     UnknownPartition,
     UnknownTopic,
@@ -68,6 +69,7 @@ ERROR_MAP: dict[type[BayouError], tuple[Code, str | None]] = {
     InvalidTopicName: (Code.BAD_REQUEST, "invalid topic name"),
     UnknownPartition: (Code.BAD_REQUEST, "invalid partition"),
     CorruptStorage: (Code.STORAGE_ERROR, None),
+    Unauthorized: (Code.UNAUTHORIZED, None),
 }
 
 
@@ -353,7 +355,7 @@ class RtesService:
 
     async def admin_get_metadata(self, r: m.AdminGetMetadata) -> str:
         md = self.broker.metadata
-        return (f"topics={go_list(self.broker.list_topics())} brokers={go_list(sorted(md.brokers))} "
+        return (f"topics={go_list(self.broker.visible_topics())} brokers={go_list(sorted(md.brokers))} "
                 f"fenced={go_list(md.fenced_ids())}")
 
     async def admin_reconcile(self, r: m.AdminReconcileBrokerHealth) -> str:

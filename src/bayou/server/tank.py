@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from bayou.broker import Broker
-from bayou.errors import BayouError, InvalidTopicName, NotLeader, StorageError, TopicAlreadyExists
+from bayou.broker.authz import Action
+from bayou.errors import (
+    BayouError,
+    InvalidTopicName,
+    NotLeader,
+    StorageError,
+    TopicAlreadyExists,
+    Unauthorized,
+)
 from bayou.protocols.tank import codec
 from bayou.protocols.tank import messages as m
 from bayou.protocols.tank.codes import (
@@ -139,6 +147,14 @@ class TankService:
             raise TankError(f"{type(req).__name__} is not a request", close=True)
         await handler(c, req)
 
+    def _may(self, action: Action, topic: str) -> bool:
+        """Whether the connection's principal may (the broker checks again in each call)."""
+        try:
+            self.broker.authorize(action, topic)
+        except Unauthorized:
+            return False
+        return True
+
     async def _reply(self, c: TankConnection, resp: Any) -> None:
         msg_id, payload = codec.encode_response(resp)
         await c.send(msg_id, payload)
@@ -151,6 +167,10 @@ class TankService:
     async def _produce(self, c: TankConnection, req: m.Produce) -> None:
         results: list[m.ProduceTopicResult] = []
         for topic in req.topics:
+            if not self._may("send", topic.name):  # tank-cli: the "not allowed" fault, exit 1
+                results.append(m.ProduceTopicResult(topic_error=ProduceError.READ_ONLY) if topic.entries
+                               else m.ProduceTopicResult())
+                continue
             if not await self.broker.has_topic(topic.name):
                 results.append(m.ProduceTopicResult(topic_error=TOPIC_UNKNOWN) if topic.entries
                                else m.ProduceTopicResult())
@@ -209,7 +229,9 @@ class TankService:
         answers: Answers = []
         immediate = req.max_wait == 0
         for t in req.topics:
-            if not await self.broker.has_topic(t.name):
+            # a topic the connection may not read is answered as unknown: TANK's consume has no
+            # "not allowed" code (tank-cli reports "Unknown topic" and exits 1)
+            if not self._may("poll", t.name) or not await self.broker.has_topic(t.name):
                 answers.append((m.ConsumeUnknownTopic(t.name, len(t.partitions)), []))
                 immediate = True
                 continue
@@ -329,7 +351,7 @@ class TankService:
 
     async def _discover_partitions(self, c: TankConnection, req: m.DiscoverPartitions) -> None:
         entries: list[m.DiscoveredPartition] = []
-        if req.topic in self.broker.topics:
+        if req.topic in self.broker.topics and self.broker.visible_topics_of((req.topic,)):
             n = self.broker.partition_count(req.topic)
             for p in req.partitions or tuple(range(n)):
                 if not 0 <= p < n:
@@ -353,6 +375,8 @@ class TankService:
                 error = CreateTopicError.ALREADY_EXISTS
             except InvalidTopicName:
                 error = CreateTopicError.INVALID_REQUEST
+            except Unauthorized:
+                error = CreateTopicError.READ_ONLY
             except BayouError:
                 error = CreateTopicError.SYSTEM_ERROR
         await self._reply(c, m.CreateTopicResponse(req.request_id, req.topic, error))
@@ -377,6 +401,8 @@ class TankService:
                 try:
                     changes: dict[str, str | None] = dict(to_bayou(parse_config(text)))
                     await self.broker.alter_topic_config(req.topic, changes)
+                except Unauthorized:
+                    error = ReloadConfError.SYSTEM_ERROR
                 except (TankConfigError, BayouError):
                     error = ReloadConfError.PARSE_FAILURE
         await self._reply(c, m.ReloadConfResponse(req.request_id, req.topic, req.partition, error))
@@ -388,7 +414,8 @@ class TankService:
                                               start_time=int(self.started), version=VERSION))
 
     async def _discover_topics(self, c: TankConnection, req: m.DiscoverTopics) -> None:
-        topics = tuple(m.TopicInfo(name, len(t.partitions)) for name, t in sorted(self.broker.topics.items()))
+        topics = tuple(m.TopicInfo(name, len(self.broker.topics[name].partitions))
+                       for name in self.broker.visible_topics())
         await self._reply(c, m.DiscoverTopicsResponse(req.request_id, topics))
 
     async def _topology(self, c: TankConnection, req: m.DiscoverTopology) -> None:

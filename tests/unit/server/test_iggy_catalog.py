@@ -198,3 +198,28 @@ def test_old_files_without_optional_fields_load(tmp_path: Path) -> None:
     t = c.stream(3).topics[0]  # type: ignore[union-attr]
     assert (t.compression, t.message_expiry, t.max_topic_size, t.replication_factor) == (1, 0, 0, 0)
     assert t.groups == {}
+
+
+# -- where a bayou topic is, for the permission check --------------------------------------------
+
+
+def test_locate_follows_every_change(catalog: Catalog) -> None:
+    sec = catalog.add_stream("sec", NOW)
+    priv = catalog.add_topic(sec, "priv", "sec.priv", NOW)
+    assert catalog.locate("sec.priv") == (sec.id, priv.id)
+    # not in the catalog yet (being created, or made through another protocol a moment ago):
+    # the stream whose prefix it bears, the longest one, else the default stream; no topic id
+    longer = catalog.add_stream("sec.x", NOW)
+    assert catalog.locate("sec.new") == (sec.id, None)
+    assert catalog.locate("sec_x.new") == (longer.id, None)  # the stream name's safe form
+    assert catalog.locate("plain") == (DEFAULT_STREAM_ID, None)
+    catalog.sync(["sec.priv", "plain"], NOW)
+    plain = catalog.default.topic("plain")
+    assert plain is not None and catalog.locate("plain") == (DEFAULT_STREAM_ID, plain.id)
+    catalog.remove_topic(sec, priv.id)
+    assert catalog.locate("sec.priv") == (sec.id, None)
+    catalog.remove_stream(sec)
+    assert catalog.locate("sec.priv") == (DEFAULT_STREAM_ID, None)
+    again = Catalog(catalog.path)
+    again.replace(catalog.snapshot())
+    assert again.locate("plain") == catalog.locate("plain")

@@ -1,5 +1,5 @@
 """The Iggy user and token store: first start, persistence without plain secrets, logins, the
-administration rules Iggy's server applies, and the permission checks."""
+administration rules Iggy's server applies, and Iggy's permission messages as bayou's model."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bayou.broker import authz
 from bayou.protocols.iggy import messages as m
 from bayou.server.iggy_users import (
-    Action,
     AuthFailure,
     CannotChangeRootPermissions,
     CannotDeleteRoot,
@@ -27,7 +27,9 @@ from bayou.server.iggy_users import (
     UserNotFound,
     UserStore,
     UserStoreError,
-    allowed,
+    from_iggy,
+    permissions_of,
+    to_iggy,
 )
 
 ROOT_PASSWORD = "root-s3cret-pw"
@@ -75,7 +77,7 @@ def _auth_reason(fn: Callable[..., object], *args: str) -> tuple[str, int]:
 
 def test_first_load_creates_root_with_a_hashed_password(store: UserStore, path: Path, clock: Clock) -> None:
     root = store.get(0)
-    assert root == User(0, "iggy", clock.now, True, m.Permissions.root())
+    assert root == User(0, "iggy", clock.now, True, authz.Permissions.everything())
     assert store.get("iggy") == root and root.is_root and store.users() == [root]
     text = path.read_text()
     assert ROOT_PASSWORD not in text
@@ -88,11 +90,11 @@ def test_reload_reads_the_file_instead_of_recreating_root(store: UserStore, path
                                                           clock: Clock) -> None:
     perms = m.Permissions(m.GlobalPermissions(read_users=True), (
         m.StreamPermissions(3, poll_messages=True, topics=(m.TopicPermissions(1, send_messages=True),)),))
-    alice = store.create_user("alice", "alice-pw", permissions=perms)
+    alice = store.create_user("alice", "alice-pw", permissions=from_iggy(perms))
     store.create_user("bob", "bob-pw", active=False)
     again = _reloaded(path, clock)
     assert again.users() == store.users()
-    assert again.get("alice") == alice and alice.permissions == perms
+    assert again.get("alice") == alice and alice.permissions == from_iggy(perms)
     assert again.authenticate("iggy", ROOT_PASSWORD).id == 0  # not the new default password
     _auth_reason(again.authenticate, "iggy", "another-default")
 
@@ -178,7 +180,7 @@ def test_update_user(store: UserStore) -> None:
 
 def test_update_permissions(store: UserStore, path: Path, clock: Clock) -> None:
     alice = store.create_user("alice", "alice-pw")
-    perms = m.Permissions(m.GlobalPermissions(poll_messages=True))
+    perms = authz.Permissions(authz.GlobalPermissions(poll_messages=True))
     assert store.update_permissions("alice", perms).permissions == perms
     reloaded = _reloaded(path, clock).get(alice.id)
     assert reloaded is not None and reloaded.permissions == perms
@@ -277,64 +279,23 @@ def test_token_rules(store: UserStore) -> None:
     assert missing.value.iggy_status == 20
 
 
-# -- permissions --------------------------------------------------------------------------------
+# -- permissions (the model itself: tests/unit/broker/test_authz.py) ------------------------------
 
 
-def _user(permissions: m.Permissions | None, user_id: int = 5) -> User:
-    return User(user_id, "someone", 0, True, permissions)
+def test_permissions_of_root_and_of_users_without_any() -> None:
+    assert permissions_of(User(0, "iggy", 0, True, None)) is authz.EVERYTHING
+    assert permissions_of(User(5, "someone", 0, True, None)) is authz.NOTHING
 
 
-def _global(**flags: bool) -> User:
-    return _user(m.Permissions(m.GlobalPermissions(**flags)))
-
-
-def test_root_and_no_permissions() -> None:
-    root = _user(None, 0)
-    assert all(allowed(root, a, 1, 2) for a in ("manage_servers", "manage_users", "send", "poll"))
-    nobody = _user(None)
-    assert not any(allowed(nobody, a, 1, 2) for a in ("read_servers", "read_users", "read_streams", "poll"))
-    assert not allowed(_user(m.Permissions()), "read_streams")
-
-
-def test_global_permissions_and_their_implications() -> None:
-    assert allowed(_global(manage_servers=True), "read_servers")
-    assert not allowed(_global(read_servers=True), "manage_servers")
-    assert allowed(_global(manage_users=True), "read_users")
-    assert not allowed(_global(read_users=True), "manage_users")
-    manage_streams = _global(manage_streams=True)
-    actions: tuple[Action, ...] = ("manage_streams", "read_streams", "manage_topics", "read_topics", "poll")
-    for action in actions:
-        assert allowed(manage_streams, action, 7, 1) and allowed(manage_streams, action)
-    assert not allowed(manage_streams, "send", 7, 1)  # Iggy: only send_messages grants it globally
-    read_streams = _global(read_streams=True)
-    assert allowed(read_streams, "read_topics", 7) and allowed(read_streams, "poll", 7, 1)
-    assert not allowed(read_streams, "manage_topics", 7)
-    assert allowed(_global(read_topics=True), "poll", 3, 3)
-    assert not allowed(_global(read_topics=True), "read_streams", 3)
-    assert allowed(_global(poll_messages=True), "poll", 9, 9)
-    assert not allowed(_global(poll_messages=True), "read_topics", 9, 9)
-    assert allowed(_global(send_messages=True), "send", 9, 9)
-    assert not allowed(_global(send_messages=True), "poll", 9, 9)
-
-
-def test_stream_and_topic_permissions() -> None:
-    user = _user(m.Permissions(streams=(
-        m.StreamPermissions(1, manage_stream=True),
-        m.StreamPermissions(2, read_stream=True),
-        m.StreamPermissions(3, send_messages=True, topics=(
-            m.TopicPermissions(10, read_topic=True), m.TopicPermissions(11, manage_topic=True))),
-    )))
-    assert allowed(user, "manage_streams", 1) and allowed(user, "manage_topics", 1, 5)
-    assert allowed(user, "send", 1, 5) and allowed(user, "poll", 1, 5)
-    assert not allowed(user, "manage_streams") and not allowed(user, "read_streams")  # no stream named
-    assert not allowed(user, "manage_streams", 2)
-    assert allowed(user, "read_streams", 2) and allowed(user, "read_topics", 2, 4)
-    assert allowed(user, "poll", 2)
-    assert not allowed(user, "send", 2, 4) and not allowed(user, "manage_topics", 2, 4)
-    assert allowed(user, "send", 3, 99) and not allowed(user, "poll", 3, 99)
-    assert allowed(user, "poll", 3, 10) and allowed(user, "read_topics", 3, 10)
-    assert not allowed(user, "manage_topics", 3, 10) and not allowed(user, "read_topics", 3)
-    assert allowed(user, "manage_topics", 3, 11) and allowed(user, "poll", 3, 11)
-    assert not allowed(user, "read_streams", 3)
-    assert not any(allowed(user, a, 4, 10) for a in ("read_streams", "read_topics", "poll", "send"))
-    assert not allowed(user, "read_servers") and not allowed(user, "read_users")
+def test_iggy_permissions_convert_both_ways() -> None:
+    perms = m.Permissions(m.GlobalPermissions(read_users=True, send_messages=True), (
+        m.StreamPermissions(3, poll_messages=True, topics=(m.TopicPermissions(1, send_messages=True),
+                                                         m.TopicPermissions(2, manage_topic=True))),
+        m.StreamPermissions(4, manage_stream=True)))
+    ours = from_iggy(perms)
+    assert ours == authz.Permissions(authz.GlobalPermissions(read_users=True, send_messages=True), (
+        authz.StreamPermissions(3, poll_messages=True, topics=(
+            authz.TopicPermissions(1, send_messages=True), authz.TopicPermissions(2, manage_topic=True))),
+        authz.StreamPermissions(4, manage_stream=True)))
+    assert to_iggy(ours) == perms
+    assert from_iggy(None) is None and to_iggy(None) is None

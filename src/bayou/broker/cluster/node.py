@@ -416,6 +416,7 @@ class ClusterNode:
         """An operator's choice of leader (V1 ADMIN_SET_PARTITION_LEADER): it must be a live
         replica in the ISR it names (given, or the current one), so no acknowledged record is
         lost; the epoch moves on when the leader changes."""
+        self.broker.authorizer.check("manage_servers")
         snap = await self._run(self.zk.snapshot)
         entry = snap.states.get((topic, partition))
         if topic not in snap.topics or entry is None:
@@ -446,6 +447,7 @@ class ClusterNode:
     async def elect_leaders(self, topic: str) -> int:
         """V1 ADMIN_ELECT_TOPIC_LEADERS: run the controller's election for ``topic`` now; the
         number of partitions whose state changed."""
+        self.broker.authorizer.check("manage_servers")
         snap = await self._run(self.zk.snapshot)
         if topic not in snap.topics:
             raise UnknownTopic(f"topic not found: {topic}")

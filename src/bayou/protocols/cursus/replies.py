@@ -58,6 +58,7 @@ class ErrorCode(enum.StrEnum):
     BROKER_ERROR = "broker_error"
     GROUP_NOT_FOUND = "group_not_found"
     MEMBER_NOT_FOUND = "member_not_found"
+    UNAUTHORIZED = "unauthorized"  # bayou: the connection's principal may not (broker/authz.py)
     GEN_MISMATCH = "GEN_MISMATCH"
     NOT_OWNER = "NOT_OWNER"
     TOPIC_NOT_ASSIGNED_TO_GROUP = "topic_not_assigned_to_group"

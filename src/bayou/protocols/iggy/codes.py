@@ -325,6 +325,7 @@ ERROR_STATUS: Mapping[type[errors.BayouError], Status] = MappingProxyType({
     errors.StorageError: Status.ERROR,
     errors.CorruptStorage: Status.CANNOT_READ_MESSAGE,
     errors.BrokerShuttingDown: Status.TRANSIENT_NOT_ACCEPTED,
+    errors.Unauthorized: Status.UNAUTHORIZED,
 })
 
 _BY_NAME = {

@@ -36,6 +36,7 @@ class Code(enum.StrEnum):
     GENERATION_MISMATCH = "GENERATION_MISMATCH"
     INTERNAL_ERROR = "INTERNAL_ERROR"
     STORAGE_ERROR = "STORAGE_ERROR"  # bayou: stored data is damaged (an additive code, rtes.md 7.1)
+    UNAUTHORIZED = "UNAUTHORIZED"  # bayou: the connection's principal may not (an additive code)
 
 
 class RtesError(Exception):
