@@ -26,11 +26,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import ssl
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bayou.errors import InvalidConfig
+from bayou.server.tls import handshake_failure, peer_cn
 
 log = logging.getLogger("bayou.server")
 
@@ -145,6 +148,7 @@ class Connection:
         self.requests = 0
         self.held = 0  # bytes of the byte budget this connection holds
         self.task: asyncio.Task[None] | None = None
+        self.peer_cn: str | None = None  # CN of a verified TLS client certificate
         peer = writer.get_extra_info("peername")
         self.ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -218,8 +222,9 @@ Handler = Callable[[Connection, "Listener"], Awaitable[None]]
 
 class Listener:
     def __init__(self, name: str, host: str, port: int, handler: Handler, limits: ConnectionLimits,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.name = name
+        self.tls = tls  # TLS on this listener: the handshake follows admission (_accept_tls)
         self.host = host
         self.port = port
         self.handler = handler
@@ -228,31 +233,55 @@ class Listener:
         self.admission.listeners.append(self)
         self.connections: set[Connection] = set()
         self.server: asyncio.Server | None = None
+        self._sock: socket.socket | None = None  # a TLS listener's own listening socket
+        self._accepting: asyncio.Task[None] | None = None
+        self._handshakes: set[asyncio.Task[None]] = set()
         self.draining = False
         self.refused = 0
 
     async def start(self) -> None:
-        self.server = await asyncio.start_server(self._accept, self.host, self.port,
-                                                 limit=self.limits.read_size, reuse_address=True)
-        sock = self.server.sockets[0]
-        self.port = sock.getsockname()[1]
-        log.info("listening", extra={"protocol": self.name, "host": self.host, "port": self.port})
+        if self.tls is not None:
+            await self._listen_tls(self.tls)
+        else:
+            self.server = await asyncio.start_server(self._accept, self.host, self.port,
+                                                     limit=self.limits.read_size, reuse_address=True)
+            self.port = self.server.sockets[0].getsockname()[1]
+        log.info("listening", extra={"protocol": self.name, "host": self.host, "port": self.port,
+                                     "tls": self.tls is not None})
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _admit(self, ip: str, peer: str) -> bool:
+        """Count a new connection from ``ip`` in, or refuse it (False; logged 1st, 2nd, 4th... time)."""
         adm = self.admission
-        conn = Connection(reader, writer, self.limits, adm.budget)
-        reason = "draining" if self.draining else adm.refusal(self, conn.ip)
+        reason = "draining" if self.draining else adm.refusal(self, ip)
         if reason is not None:
             self.refused += 1
             if self.refused & (self.refused - 1) == 0:  # 1st, 2nd, 4th, 8th...: a flood is not a log flood
                 log.warning("refusing connection", extra={"protocol": self.name, "reason": reason,
-                                                          "peer": conn.peer, "refused": self.refused})
+                                                          "peer": peer, "refused": self.refused})
+            return False
+        adm.total += 1
+        adm.per_ip[ip] += 1
+        return True
+
+    def _release(self, ip: str) -> None:
+        adm = self.admission
+        adm.total -= 1
+        adm.per_ip[ip] -= 1
+        if adm.per_ip[ip] <= 0:
+            del adm.per_ip[ip]
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(reader, writer, self.limits, self.admission.budget)
+        if not self._admit(conn.ip, conn.peer):
             writer.close()
             return
+        await self._serve(conn)
+
+    async def _serve(self, conn: Connection) -> None:
+        """Run the protocol's handler on an admitted connection; release it however it ends."""
         conn.task = asyncio.current_task()
-        adm.total += 1
-        adm.per_ip[conn.ip] += 1
         self.connections.add(conn)
+        budget = self.admission.budget
         try:
             await self.handler(conn, self)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -266,21 +295,102 @@ class Listener:
             log.exception("connection handler failed", extra={"protocol": self.name, "peer": conn.peer})
         finally:
             self.connections.discard(conn)
-            adm.total -= 1
-            adm.per_ip[conn.ip] -= 1
-            if adm.per_ip[conn.ip] <= 0:
-                del adm.per_ip[conn.ip]
-            if adm.budget is not None and conn.held:
-                adm.budget.release(conn.held)
+            self._release(conn.ip)
+            if budget is not None and conn.held:
+                budget.release(conn.held)
                 conn.held = 0
-            writer.close()
+            conn.writer.close()
             with contextlib.suppress(Exception):
-                await writer.wait_closed()
+                await conn.writer.wait_closed()
+
+    # -- TLS -----------------------------------------------------------------------------------
+    # A TLS listener accepts sockets itself: the handshake must follow admission, and a stream
+    # server's transport has already read the ClientHello (uvloop reads at once) where
+    # StreamWriter.start_tls cannot see it. The handshake runs on the accepted socket
+    # (loop.connect_accepted_socket), within the connection's idle deadline.
+
+    async def _listen_tls(self, ctx: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _type, _proto, _name, addr = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(addr)
+            sock.listen(socket.SOMAXCONN)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        self._accepting = loop.create_task(self._accept_loop(sock, ctx), name=f"accept-{self.name}")
+
+    async def _accept_loop(self, sock: socket.socket, ctx: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        while not self.draining:
+            try:
+                client, _addr = await loop.sock_accept(sock)
+            except OSError as exc:  # out of descriptors, or the socket closed while stopping
+                if self.draining:
+                    return
+                log.warning("accept failed: %s", exc, extra={"protocol": self.name})
+                await asyncio.sleep(0.1)
+                continue
+            task = loop.create_task(self._accept_tls(client, ctx))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    async def _accept_tls(self, sock: socket.socket, ctx: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        accepted_at = loop.time()
+        try:
+            peer_addr = sock.getpeername()
+        except OSError:
+            sock.close()
+            return
+        ip, peer = str(peer_addr[0]), f"{peer_addr[0]}:{peer_addr[1]}"
+        if not self._admit(ip, peer):
+            sock.close()
+            return
+        deadline = accepted_at + self.limits.idle_timeout_s
+        reader = asyncio.StreamReader(limit=self.limits.read_size)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            async with asyncio.timeout_at(deadline):
+                transport, _p = await loop.connect_accepted_socket(
+                    lambda: protocol, sock, ssl=ctx, ssl_handshake_timeout=max(0.1, deadline - loop.time()))
+        except BaseException as exc:
+            self._release(ip)
+            sock.close()
+            if isinstance(exc, TimeoutError):
+                log.info("closing connection: TLS handshake not completed in time",
+                         extra={"protocol": self.name, "peer": peer})
+            elif isinstance(exc, OSError | asyncio.IncompleteReadError):  # ssl.SSLError is an OSError
+                reason = handshake_failure(exc)
+                if reason is not None:
+                    log.info("closing connection: TLS handshake failed: %s", reason,
+                             extra={"protocol": self.name, "peer": peer})
+            elif not isinstance(exc, asyncio.CancelledError):
+                log.exception("TLS handshake failed", extra={"protocol": self.name, "peer": peer})
+            return
+        self._handshakes.discard(asyncio.current_task())  # drain() ends it now
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        conn = Connection(reader, writer, self.limits, self.admission.budget)
+        conn.accepted_at = conn._last_data_at = accepted_at  # the handshake spent the idle time
+        conn.peer_cn = peer_cn(writer)
+        await self._serve(conn)
 
     def stop_accepting(self) -> None:
         self.draining = True
         if self.server is not None:
             self.server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
+        for task in self._handshakes:
+            task.cancel()
+        if self._sock is not None:
+            self._sock.close()
 
     async def drain(self, grace: float) -> None:
         """Let busy connections finish their request (up to ``grace`` s), then close everything."""
