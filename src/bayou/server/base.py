@@ -19,6 +19,9 @@ done once:
   connection stops reading (the kernel's window pushes back on the client) until others release.
   A connection waits holding nothing, so waits cannot deadlock; a frame larger than the whole
   budget is refused by the framing reader's cap (``frame_cap``) with the protocol's own error.
+* **TLS.** A listener with a TLS context accepts sockets itself and runs the handshake after
+  admission, within the idle deadline (``_accept_tls``); ``Connection.peer_cn`` is the CN of a
+  verified client certificate.
 """
 
 from __future__ import annotations
