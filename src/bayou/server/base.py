@@ -236,8 +236,8 @@ class Listener:
         self.admission.listeners.append(self)
         self.connections: set[Connection] = set()
         self.server: asyncio.Server | None = None
-        self._sock: socket.socket | None = None  # a TLS listener's own listening socket
-        self._accepting: asyncio.Task[None] | None = None
+        self._socks: list[socket.socket] = []  # a TLS listener's own listening sockets
+        self._accepting: list[asyncio.Task[None]] = []
         self._handshakes: set[asyncio.Task[None]] = set()
         self.draining = False
         self.refused = 0
@@ -313,21 +313,29 @@ class Listener:
     # (loop.connect_accepted_socket), within the connection's idle deadline.
 
     async def _listen_tls(self, ctx: ssl.SSLContext) -> None:
+        """Bind every address ``host`` resolves to (as asyncio.start_server does), one accept loop
+        each."""
         loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, _type, _proto, _name, addr = infos[0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        infos = await loop.getaddrinfo(self.host or None, self.port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(addr)
-            sock.listen(socket.SOMAXCONN)
-            sock.setblocking(False)
+            for family, _type, _proto, _name, addr in dict.fromkeys(infos):
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                self._socks.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind((addr[0], self.port, *addr[2:]))  # port 0: the first bind's port for all
+                sock.listen(socket.SOMAXCONN)
+                sock.setblocking(False)
+                self.port = sock.getsockname()[1]  # an ephemeral port: the same one on every address
         except OSError:
-            sock.close()
+            for sock in self._socks:
+                sock.close()
+            self._socks.clear()
             raise
-        self._sock = sock
-        self.port = sock.getsockname()[1]
-        self._accepting = loop.create_task(self._accept_loop(sock, ctx), name=f"accept-{self.name}")
+        self._accepting = [loop.create_task(self._accept_loop(sock, ctx), name=f"accept-{self.name}")
+                           for sock in self._socks]
 
     async def _accept_loop(self, sock: socket.socket, ctx: ssl.SSLContext) -> None:
         loop = asyncio.get_running_loop()
@@ -388,12 +396,10 @@ class Listener:
         self.draining = True
         if self.server is not None:
             self.server.close()
-        if self._accepting is not None:
-            self._accepting.cancel()
-        for task in self._handshakes:
+        for task in (*self._accepting, *self._handshakes):
             task.cancel()
-        if self._sock is not None:
-            self._sock.close()
+        for sock in self._socks:
+            sock.close()
 
     async def drain(self, grace: float) -> None:
         """Let busy connections finish their request (up to ``grace`` s), then close everything."""
