@@ -11,6 +11,7 @@ import socket
 import ssl
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -130,3 +131,17 @@ def test_zookeeper_znodes_change_only_with_bayous_credentials(cluster: Cluster) 
     finally:
         owner.stop()
         owner.close()
+
+
+def test_zk_auth_is_in_the_schema(tmp_path: Path) -> None:
+    from bayou.config import load_config
+    from bayou.errors import InvalidConfig
+
+    path = tmp_path / "c.toml"
+    path.write_text('[cluster]\nzookeeper = "zk://127.0.0.1:2181/x"\nzk_auth = "bayou:pw"\n')
+    assert load_config(path).cluster.zk_auth == "bayou:pw"  # type: ignore[union-attr]
+    for text, message in (('zk_auth = "no-password"', "must be USER:PASSWORD"),
+                          ("zk_auth = 5", r"\[cluster\] zk_auth must be a string")):
+        path.write_text(f'[cluster]\nzookeeper = "zk://127.0.0.1:2181/x"\n{text}\n')
+        with pytest.raises(InvalidConfig, match=message):
+            load_config(path)
