@@ -368,12 +368,14 @@ class Listener:
         reader = asyncio.StreamReader(limit=self.limits.read_size)
         protocol = asyncio.StreamReaderProtocol(reader)
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout_at(deadline):  # the loop's own handshake timer is a backstop
                 transport, _p = await loop.connect_accepted_socket(
-                    lambda: protocol, sock, ssl=ctx, ssl_handshake_timeout=max(0.1, deadline - loop.time()))
+                    lambda: protocol, sock, ssl=ctx, ssl_handshake_timeout=deadline - loop.time() + 1)
         except BaseException as exc:
             self._release(ip)
             sock.close()
+            if isinstance(exc, asyncio.CancelledError) or not isinstance(exc, Exception):
+                raise
             if isinstance(exc, TimeoutError):
                 log.info("closing connection: TLS handshake not completed in time",
                          extra={"protocol": self.name, "peer": peer})
@@ -382,7 +384,7 @@ class Listener:
                 if reason is not None:
                     log.info("closing connection: TLS handshake failed: %s", reason,
                              extra={"protocol": self.name, "peer": peer})
-            elif not isinstance(exc, asyncio.CancelledError):
+            else:
                 log.exception("TLS handshake failed", extra={"protocol": self.name, "peer": peer})
             return
         self._handshakes.discard(asyncio.current_task())  # drain() ends it now
