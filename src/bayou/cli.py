@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from bayou import __version__
 from bayou.errors import BayouError
+
+if TYPE_CHECKING:
+    from bayou.client.tls import TlsConfig
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -18,7 +23,42 @@ def _client(bootstrap: str):  # type: ignore[no-untyped-def]
     from bayou.client.rtes import RtesClient
 
     host, _sep, port = bootstrap.rpartition(":")
-    return RtesClient(host or "127.0.0.1", int(port))
+    return RtesClient(host or "127.0.0.1", int(port), tls=_tls())
+
+
+_TLS_META = "bayou.tls"
+
+
+def _remember_tls(ctx: click.Context, param: click.Parameter, value: object) -> None:
+    if value:
+        ctx.meta.setdefault(_TLS_META, {})[param.name] = value
+
+
+def _tls() -> TlsConfig | None:
+    """The client commands' --tls* options (or BAYOU_TLS* variables), None when none is given."""
+    from bayou.client.tls import TlsConfig
+
+    given = click.get_current_context().meta.get(_TLS_META, {})
+    if not given:
+        return None
+    return TlsConfig(ca=given.get("tls_ca"), cert=given.get("tls_cert"), key=given.get("tls_key"))
+
+
+def tls_options(f: Callable[..., None]) -> Callable[..., None]:
+    """--tls, --tls-ca, --tls-cert, --tls-key on a client command (not passed to the function)."""
+    options = [
+        click.option("--tls", is_flag=True, envvar="BAYOU_TLS", expose_value=False, callback=_remember_tls,
+                     help="Connect with TLS, verifying the broker against the system's CAs."),
+        click.option("--tls-ca", metavar="FILE", envvar="BAYOU_TLS_CA", expose_value=False,
+                     callback=_remember_tls, help="Connect with TLS; the broker's CA (PEM)."),
+        click.option("--tls-cert", metavar="FILE", envvar="BAYOU_TLS_CERT", expose_value=False,
+                     callback=_remember_tls, help="Client certificate (PEM) for mTLS."),
+        click.option("--tls-key", metavar="FILE", envvar="BAYOU_TLS_KEY", expose_value=False,
+                     callback=_remember_tls, help="Private key of --tls-cert."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
 
 
 def _fail(exc: Exception) -> None:
@@ -58,13 +98,22 @@ def main() -> None:
 @click.option("--broker-id", type=click.IntRange(0), help="This broker's id in the cluster. [default: 0]")
 @click.option("--replication", metavar="HOST:PORT",
               help="Cluster mode: the listener followers fetch from. [default: 127.0.0.1:9093]")
+@click.option("--tls-cert", metavar="FILE", help="PEM certificate (chain): turns TLS on for every listener.")
+@click.option("--tls-key", metavar="FILE", help="PEM private key of --tls-cert.")
+@click.option("--tls-ca", metavar="FILE",
+              help="PEM CA certificates that sign client certificates (and the other brokers' in a cluster).")
+@click.option("--tls-client-auth", type=click.Choice(["none", "optional", "required"]),
+              help="Whether clients must present a certificate signed by --tls-ca. [default: none]")
+@click.option("--tls-plain", metavar="LISTENER", multiple=True,
+              help="Leave this listener (rtes, cursus, iggy, tank, replication) in plain text; repeatable.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", default="json", show_default=True, type=click.Choice(["json", "text"]))
 def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, cursus: str | None,
           iggy: str | None, tank: str | None, advertised_host: str | None, fsync: str | None,
-          cluster: str | None, broker_id: int | None, replication: str | None, log_level: str,
-          log_format: str) -> None:
+          cluster: str | None, broker_id: int | None, replication: str | None, tls_cert: str | None,
+          tls_key: str | None, tls_ca: str | None, tls_client_auth: str | None, tls_plain: tuple[str, ...],
+          log_level: str, log_format: str) -> None:
     """Run one broker with every implemented protocol on its port.
 
     \b
@@ -73,6 +122,7 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, curs
       bayou serve --data-dir /var/lib/bayou --fsync interval:100
       bayou serve --rtes 127.0.0.1:19092 --cursus off --iggy off --tank off --config bayou.toml
       bayou serve --cluster zk://127.0.0.1:2181/bayou --broker-id 1 --data-dir data1
+      bayou serve --tls-cert broker.pem --tls-key broker.key --tls-ca ca.pem --tls-client-auth required
     """
     from bayou.config import load_config
     from bayou.server.app import run_server
@@ -83,7 +133,9 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, curs
         cfg = load_config(config_file, data_dir=data_dir, fsync=fsync,
                           listeners={"rtes": rtes, "cursus": cursus, "iggy": iggy, "tank": tank},
                           advertised_host=advertised_host, cluster=cluster, broker_id=broker_id,
-                          replication=replication)
+                          replication=replication,
+                          tls={"cert": tls_cert, "key": tls_key, "ca": tls_ca, "client_auth": tls_client_auth,
+                               "plain": tls_plain})
     except BayouError as exc:
         raise click.BadParameter(exc.message) from None
     try:
@@ -111,6 +163,7 @@ def topic() -> None:
 @click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE",
               help="Topic config, e.g. retention.ms=3600000, segment.bytes=1048576, fsync=never.")
 @bootstrap_option
+@tls_options
 def topic_create(name: str, partitions: int, replication_factor: int | None, configs: tuple[str, ...],
                  bootstrap: str) -> None:
     """Create topic NAME."""
@@ -130,6 +183,7 @@ def topic_create(name: str, partitions: int, replication_factor: int | None, con
 
 @topic.command("list")
 @bootstrap_option
+@tls_options
 def topic_list(bootstrap: str) -> None:
     """List topics."""
     try:
@@ -145,6 +199,7 @@ def topic_list(bootstrap: str) -> None:
 @topic.command("describe")
 @click.argument("name")
 @bootstrap_option
+@tls_options
 def topic_describe(name: str, bootstrap: str) -> None:
     """Show partitions, offsets and config of topic NAME."""
     from bayou.client.rtes import int_list
@@ -176,6 +231,7 @@ def topic_describe(name: str, bootstrap: str) -> None:
 @topic.command("delete")
 @click.argument("name")
 @bootstrap_option
+@tls_options
 def topic_delete(name: str, bootstrap: str) -> None:
     """Delete topic NAME and all its data."""
     try:
@@ -192,6 +248,7 @@ def topic_delete(name: str, bootstrap: str) -> None:
 @click.option("--key", "-k", default="", help="Key for every value (chooses the partition).")
 @click.option("--acks", type=click.Choice(["0", "1", "all"]), default="1", show_default=True)
 @bootstrap_option
+@tls_options
 def produce(topic_name: str, values: tuple[str, ...], key: str, acks: str, bootstrap: str) -> None:
     """Produce VALUES (or one value per stdin line) to TOPIC.
 
@@ -224,6 +281,7 @@ def produce(topic_name: str, values: tuple[str, ...], key: str, acks: str, boots
               help="Start offset in each partition.")
 @click.option("--follow", "-f", is_flag=True, help="Keep polling for new records (Ctrl-C stops).")
 @bootstrap_option
+@tls_options
 def consume(topic_name: str, partition: int | None, offset: int, follow: bool, bootstrap: str) -> None:
     """Print records of TOPIC as PARTITION:OFFSET<TAB>VALUE."""
     try:
@@ -268,6 +326,7 @@ def group() -> None:
 @group.command("list")
 @click.argument("topic_name", metavar="TOPIC")
 @iggy_option
+@tls_options
 @user_option
 @password_option
 def group_list(topic_name: str, iggy_bootstrap: str, user: str, password: str) -> None:
@@ -275,7 +334,7 @@ def group_list(topic_name: str, iggy_bootstrap: str, user: str, password: str) -
     from bayou.client import Client
 
     try:
-        with Client(iggy_bootstrap, username=user, password=password) as c:
+        with Client(iggy_bootstrap, username=user, password=password, tls=_tls()) as c:
             names = c.list_groups(topic_name)
     except (OSError, Exception) as exc:
         _fail(exc)
@@ -288,6 +347,7 @@ def group_list(topic_name: str, iggy_bootstrap: str, user: str, password: str) -
 @click.argument("group_name", metavar="GROUP")
 @click.argument("topic_name", metavar="TOPIC")
 @iggy_option
+@tls_options
 @user_option
 @password_option
 def group_describe(group_name: str, topic_name: str, iggy_bootstrap: str, user: str, password: str) -> None:
@@ -295,7 +355,7 @@ def group_describe(group_name: str, topic_name: str, iggy_bootstrap: str, user: 
     from bayou.client import Client
 
     try:
-        with Client(iggy_bootstrap, username=user, password=password) as c:
+        with Client(iggy_bootstrap, username=user, password=password, tls=_tls()) as c:
             desc = c.describe_group(group_name, topic_name)
             topic_desc = c.describe_topic(topic_name)
             done = c.committed(group_name, topic_name)

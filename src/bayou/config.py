@@ -35,6 +35,13 @@ Example ``bayou.toml``::
     ack_all_timeout_ms = 2000
     group_session_timeout_ms = 10000
 
+    [tls]                            # TLS on every listener (omit the table for plain text)
+    cert = "broker.pem"              # PEM certificate chain (--tls-cert)
+    key = "broker.key"               # PEM private key (--tls-key)
+    ca = "ca.pem"                    # CA of client certificates, and of the other brokers (--tls-ca)
+    client_auth = "none"             # none | optional | required (--tls-client-auth)
+    plain = ["tank"]                 # listeners left in plain text (--tls-plain tank)
+
     [log]
     segment_bytes = 67108864
     segment_ms = 604800000
@@ -63,6 +70,7 @@ from bayou.server.app import (
     ServerConfig,
 )
 from bayou.server.iggy_users import UserStoreError, check_root_credentials
+from bayou.server.tls import TlsOptions
 from bayou.storage.config import FsyncPolicy, LogConfig
 
 # -- the schema ------------------------------------------------------------------------------------
@@ -88,7 +96,7 @@ def _scalar_fields(cls: type, exclude: frozenset[str] = frozenset()) -> dict[str
     return out
 
 
-_TABLES = ("listeners", "broker", "log", "iggy", "cluster", "security")
+_TABLES = ("listeners", "broker", "log", "iggy", "cluster", "security", "tls")
 TOP_KEYS: dict[str, Kind] = {"data_dir": str, "fsync": str,
                              **_scalar_fields(ServerConfig, exclude=frozenset(_TABLES))}
 BROKER_KEYS = _scalar_fields(BrokerConfig)
@@ -96,7 +104,9 @@ LOG_KEYS = _scalar_fields(LogConfig)
 IGGY_KEYS = _scalar_fields(IggyOptions)
 SECURITY_KEYS = _scalar_fields(SecurityOptions)
 CLUSTER_KEYS: dict[str, Kind] = {"zookeeper": str, "replication": (str, int), "session_timeout_ms": int,
-                                  "secret": str}
+                                  "secret": str, "zk_auth": str}
+TLS_KEYS: dict[str, Kind] = {**_scalar_fields(TlsOptions), "ca": str}
+TLS_PLAIN = "plain"  # [tls] plain: an array of listener names
 
 
 def _describe(value: Any) -> str:
@@ -160,6 +170,11 @@ def validate(raw: dict[str, Any]) -> None:
     _section(raw, "iggy", IGGY_KEYS)
     _section(raw, "cluster", CLUSTER_KEYS)
     SecurityOptions(**_section(raw, "security", SECURITY_KEYS))  # its value too: all, read or none
+    tls = _table(raw, "tls")
+    plain = tls.pop(TLS_PLAIN, [])
+    _section({"tls": tls}, "tls", TLS_KEYS | {TLS_PLAIN: str})
+    if not isinstance(plain, list) or not all(isinstance(v, str) for v in plain):
+        raise InvalidConfig(f"[tls] plain must be an array of listener names, not {_describe(plain)}")
     listeners = _table(raw, "listeners")
     for name, value in listeners.items():
         if name not in PROTOCOLS:
@@ -210,12 +225,15 @@ def parse_listen(text: str, protocol: str) -> tuple[str, int] | None:
 def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync: str | None = None,
                 listeners: dict[str, str | None] | None = None,
                 advertised_host: str | None = None, cluster: str | None = None,
-                broker_id: int | None = None, replication: str | None = None) -> ServerConfig:
+                broker_id: int | None = None, replication: str | None = None,
+                tls: dict[str, Any] | None = None) -> ServerConfig:
+    """``tls`` holds the --tls-* flags given (cert, key, ca, client_auth, plain): each replaces
+    the file's ``[tls]`` key."""
     raw: dict[str, Any] = read_config_file(path) if path is not None else {}
     try:
         return _build(raw, data_dir=data_dir, fsync=fsync, listeners=listeners,
                       advertised_host=advertised_host, cluster=cluster, broker_id=broker_id,
-                      replication=replication)
+                      replication=replication, tls=tls)
     except InvalidConfig as exc:
         if path is None:
             raise
@@ -224,7 +242,7 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
 
 def _build(raw: dict[str, Any], *, data_dir: str | None, fsync: str | None,
            listeners: dict[str, str | None] | None, advertised_host: str | None, cluster: str | None,
-           broker_id: int | None, replication: str | None) -> ServerConfig:
+           broker_id: int | None, replication: str | None, tls: dict[str, Any] | None) -> ServerConfig:
     fsync_text = fsync if fsync is not None else raw.get("fsync", "always")
     log_cfg = LogConfig(fsync=FsyncPolicy.parse(str(fsync_text)), **_table(raw, "log"))
 
@@ -243,8 +261,11 @@ def _build(raw: dict[str, Any], *, data_dir: str | None, fsync: str | None,
                 else cluster_raw.get("replication", f"{DEFAULT_BIND}:9093"))
         bind = parse_listen(str(repl), "replication") or (DEFAULT_BIND, 9093)
         secret = cluster_raw.get("secret") or os.environ.get("BAYOU_CLUSTER_SECRET") or None
+        zk_auth = cluster_raw.get("zk_auth") or os.environ.get("BAYOU_ZK_AUTH") or None
+        if zk_auth is not None and ":" not in zk_auth:
+            raise InvalidConfig("[cluster] zk_auth must be USER:PASSWORD (ZooKeeper digest auth)")
         cluster_opts = ClusterOptions(str(zk_url), bind, int(cluster_raw.get("session_timeout_ms", 4000)),
-                                      secret)
+                                      secret, zk_auth)
 
     addrs: dict[str, tuple[str, int] | None] = {
         name: (DEFAULT_BIND, port) for name, (port, _f) in PROTOCOLS.items()}
@@ -271,5 +292,27 @@ def _build(raw: dict[str, Any], *, data_dir: str | None, fsync: str | None,
     if advertised_host:
         top["advertised_host"] = advertised_host
     security = SecurityOptions(**_table(raw, "security"))
+    tls_opts = _tls(raw, tls)
+    if cluster_opts is not None and tls_opts is not None and "replication" not in tls_opts.plain:
+        tls_opts.server_context("required")  # replication over TLS is mTLS: it needs the CA
     return ServerConfig(broker=broker, listeners=addrs, iggy=iggy, cluster=cluster_opts, security=security,
-                        **top)
+                        tls=tls_opts, **top)
+
+
+def _tls(raw: dict[str, Any], flags: dict[str, Any] | None) -> TlsOptions | None:
+    """``[tls]`` with the --tls-* flags over it; its contexts are built once here, so a missing
+    or unreadable certificate, key or CA stops the start with a message naming it."""
+    table = {**_table(raw, "tls"), **{k: v for k, v in (flags or {}).items() if v not in (None, ())}}
+    if not table:
+        return None
+    if not table.get("cert") or not table.get("key"):
+        raise InvalidConfig("TLS needs both a certificate and its key ([tls] cert and key, or --tls-cert "
+                            "and --tls-key)")
+    plain = tuple(table.pop(TLS_PLAIN, ()))
+    known = (*PROTOCOLS, "replication")
+    for name in plain:
+        if name not in known:
+            raise InvalidConfig(f"[tls] plain: unknown listener {name!r}; known: {', '.join(known)}")
+    opts = TlsOptions(**table, plain=plain)
+    opts.server_context()
+    return opts

@@ -22,7 +22,7 @@ from bayou.protocols.replica.codec import (
     decode,
     encode,
 )
-from support.cluster import CLUSTER_CONFIG, Cluster, running_cluster, running_zookeeper, v1
+from support.cluster import CLUSTER_CONFIG, Cluster, assert_replicates, running_cluster, running_zookeeper
 from support.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.slow
@@ -70,12 +70,7 @@ FETCH = Fetch("guarded", 0, 2, 0, 0, -1, 1 << 20, 0)
 
 
 def test_brokers_that_know_the_secret_replicate(cluster: Cluster) -> None:
-    assert "|OK|" in v1(cluster.brokers[1].port, "V1|1|ADMIN_CREATE_TOPIC|guarded 1 3")
-    cluster.wait(lambda: len(cluster.isr("guarded", 0)) == 3, 30, "a full ISR")
-    leader = cluster.leader("guarded", 0)
-    assert "|OK|" in v1(cluster.brokers[leader].port, "V1|2|PRODUCE|guarded k:v acks=all")
-    cluster.wait(lambda: all("0:v" in v1(b.port, "V1|3|CONSUME|guarded 0 0")
-                             for b in cluster.brokers.values()), 20, "every replica to hold the record")
+    assert_replicates(cluster, "guarded", "v")
 
 
 @pytest.mark.parametrize("attack", ["fetch-first", "wrong-secret", "other-broker-id", "large-frame",

@@ -117,6 +117,17 @@ class Cluster:
         return time.monotonic() - t0
 
 
+def assert_replicates(cluster: Cluster, topic: str, value: str, timeout: float = 30.0) -> None:
+    """A new topic with 3 replicas reaches a full ISR, and a record produced with acks=all reaches
+    every replica."""
+    assert "|OK|" in v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 1 3")
+    cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, timeout, "a full ISR")
+    leader = cluster.leader(topic, 0)
+    assert "|OK|" in v1(cluster.brokers[leader].port, f"V1|2|PRODUCE|{topic} k:{value} acks=all")
+    cluster.wait(lambda: all(f"0:{value}" in v1(b.port, f"V1|3|CONSUME|{topic} 0 0")
+                             for b in cluster.brokers.values()), timeout, "every replica to hold the record")
+
+
 OK = re.compile(r"^V1\|\d+\|OK\|partition=(\d+) offset=(\d+) hw=(-?\d+)$")
 
 

@@ -11,7 +11,8 @@ with ``message.deduplication=true`` drops resent messages by id (the idempotent 
 - ``Producer`` / ``AsyncProducer``: batching by size and linger, keyed partitioning, idempotence.
 - ``Consumer``: assign or subscribe (groups), poll records or Arrow batches, commit, seek.
 
-``RtesClient`` is the small V1 line-protocol client the CLI's data commands use.
+``RtesClient`` is the small V1 line-protocol client the CLI's data commands use. Every client takes
+``tls=TlsConfig(ca=..., cert=..., key=...)`` for a broker whose listeners speak TLS.
 """
 
 from bayou.client.client import AsyncClient, Client
@@ -27,6 +28,7 @@ from bayou.client.errors import (
 from bayou.client.ops import GroupDescription, PartitionOffsets, TopicDescription
 from bayou.client.producer import AsyncProducer, Producer, RecordMetadata, partition_for_key
 from bayou.client.rtes import RtesClient, RtesClientError
+from bayou.client.tls import TlsConfig
 from bayou.client.wire import KAFKA_SCHEMA
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "RecordMetadata",
     "RtesClient",
     "RtesClientError",
+    "TlsConfig",
     "TopicDescription",
     "TopicExistsError",
     "TopicPartition",

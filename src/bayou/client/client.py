@@ -13,6 +13,7 @@ from bayou.client import ops
 from bayou.client.connection import AsyncConnection, Connection
 from bayou.client.errors import error_for
 from bayou.client.ops import GroupDescription, PartitionOffsets, Raw, TopicDescription
+from bayou.client.tls import TlsConfig
 from bayou.client.wire import HeaderList, codec
 from bayou.protocols.iggy import messages as m
 from bayou.records.compression import Compression
@@ -26,8 +27,8 @@ class Client:
     """
 
     def __init__(self, bootstrap: str = "127.0.0.1:8090", *, username: str = "iggy",
-                 password: str = "iggy", timeout: float = 30.0) -> None:
-        self.conn = Connection(bootstrap, username=username, password=password, timeout=timeout)
+                 password: str = "iggy", timeout: float = 30.0, tls: TlsConfig | None = None) -> None:
+        self.conn = Connection(bootstrap, username=username, password=password, timeout=timeout, tls=tls)
         self.resolver = ops.Resolver()
 
     def __enter__(self) -> Client:
@@ -148,8 +149,9 @@ class AsyncClient:
     """The asyncio twin of ``Client`` (same methods, awaited)."""
 
     def __init__(self, bootstrap: str = "127.0.0.1:8090", *, username: str = "iggy",
-                 password: str = "iggy", timeout: float = 30.0) -> None:
-        self.conn = AsyncConnection(bootstrap, username=username, password=password, timeout=timeout)
+                 password: str = "iggy", timeout: float = 30.0, tls: TlsConfig | None = None) -> None:
+        self.conn = AsyncConnection(bootstrap, username=username, password=password, timeout=timeout,
+                                    tls=tls)
         self.resolver = ops.Resolver()
 
     async def __aenter__(self) -> AsyncClient:

@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from bayou.client.errors import AuthenticationError, BrokerConnectionError, error_for
+from bayou.client.tls import TlsConfig
 from bayou.protocols.iggy import codec
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codes import Command
@@ -59,11 +60,12 @@ class Connection:
     """A blocking connection, safe to share between threads (one request at a time)."""
 
     def __init__(self, bootstrap: str, *, username: str = "iggy", password: str = "iggy",
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, tls: TlsConfig | None = None) -> None:
         self.addresses = parse_bootstrap(bootstrap)
         self.username = username
         self.password = password
         self.timeout = timeout
+        self.tls = tls
         self.lock = threading.RLock()
         self._sock: socket.socket | None = None
         self._rfile: Any = None
@@ -92,6 +94,13 @@ class Connection:
                 last = exc
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.tls is not None:
+                try:
+                    sock = self.tls.wrap(sock, host)
+                except OSError as exc:  # ssl.SSLError: the broker's certificate, or not TLS
+                    sock.close()
+                    last = exc
+                    continue
             self._sock = sock
             self._rfile = sock.makefile("rb", buffering=1 << 20)
             try:
@@ -151,11 +160,12 @@ class AsyncConnection:
     """The asyncio twin of ``Connection``; requests on one connection are serialised by a lock."""
 
     def __init__(self, bootstrap: str, *, username: str = "iggy", password: str = "iggy",
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, tls: TlsConfig | None = None) -> None:
         self.addresses = parse_bootstrap(bootstrap)
         self.username = username
         self.password = password
         self.timeout = timeout
+        self.tls = tls
         self.lock = asyncio.Lock()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -177,8 +187,9 @@ class AsyncConnection:
         last: Exception | None = None
         for host, port in self.addresses:
             try:
-                r, w = await asyncio.wait_for(asyncio.open_connection(host, port, limit=1 << 24),
-                                              self.timeout)
+                r, w = await asyncio.wait_for(asyncio.open_connection(
+                    host, port, limit=1 << 24, ssl=self.tls.context() if self.tls else None,
+                    server_hostname=host if self.tls else None), self.timeout)
             except (OSError, TimeoutError) as exc:
                 last = exc
                 continue

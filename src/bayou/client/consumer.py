@@ -18,6 +18,7 @@ import pyarrow as pa
 from bayou.client import ops
 from bayou.client.client import Client
 from bayou.client.errors import BayouClientError
+from bayou.client.tls import TlsConfig
 from bayou.protocols.iggy import messages as m
 
 
@@ -64,10 +65,11 @@ class Consumer:
     def __init__(self, bootstrap: str = "127.0.0.1:8090", *, group_id: str | None = None,
                  username: str = "iggy", password: str = "iggy", auto_offset_reset: str = "latest",
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
-                 max_poll_records: int = 500, rebalance_check_ms: int = 1000, timeout: float = 30.0) -> None:
+                 max_poll_records: int = 500, rebalance_check_ms: int = 1000, timeout: float = 30.0,
+                 tls: TlsConfig | None = None) -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise ValueError(f"auto_offset_reset must be earliest or latest, not {auto_offset_reset!r}")
-        self.client = Client(bootstrap, username=username, password=password, timeout=timeout)
+        self.client = Client(bootstrap, username=username, password=password, timeout=timeout, tls=tls)
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit and group_id is not None

@@ -27,6 +27,7 @@ import xxhash
 from bayou.client import ops
 from bayou.client.client import AsyncClient, Client
 from bayou.client.errors import BayouClientError, BrokerConnectionError, error_for
+from bayou.client.tls import TlsConfig
 from bayou.client.wire import HeaderList, codec, send_frame
 from bayou.records.compression import Compression
 
@@ -142,11 +143,12 @@ class Producer:
     def __init__(self, bootstrap: str = "127.0.0.1:8090", *, username: str = "iggy", password: str = "iggy",
                  linger_ms: float = 5.0, batch_size: int = 1 << 20, max_batch_records: int = 10_000,
                  acks: int | str = 1, idempotent: bool = False, retries: int = 3,
-                 timeout: float = 30.0, compression: str | Compression = "none") -> None:
+                 timeout: float = 30.0, compression: str | Compression = "none",
+                 tls: TlsConfig | None = None) -> None:
         if str(acks) not in ("0", "1", "all", "-1"):
             raise ValueError(f"acks must be 0, 1 or all, not {acks!r}")
         self.compression = codec(compression)
-        self.client = Client(bootstrap, username=username, password=password, timeout=timeout)
+        self.client = Client(bootstrap, username=username, password=password, timeout=timeout, tls=tls)
         self.acks = 0 if str(acks) == "0" else 1
         self.linger_s = linger_ms / 1000
         self.retries = retries
@@ -310,9 +312,9 @@ class AsyncProducer:
     def __init__(self, bootstrap: str = "127.0.0.1:8090", *, username: str = "iggy", password: str = "iggy",
                  linger_ms: float = 5.0, batch_size: int = 1 << 20, max_batch_records: int = 10_000,
                  idempotent: bool = False, timeout: float = 30.0,
-                 compression: str | Compression = "none") -> None:
+                 compression: str | Compression = "none", tls: TlsConfig | None = None) -> None:
         self.compression = codec(compression)
-        self.client = AsyncClient(bootstrap, username=username, password=password, timeout=timeout)
+        self.client = AsyncClient(bootstrap, username=username, password=password, timeout=timeout, tls=tls)
         self.linger_s = linger_ms / 1000
         self._acc = _Accumulator(batch_size, max_batch_records, idempotent)
         self._partitions: dict[str, int] = {}

@@ -6,6 +6,7 @@ import itertools
 import socket
 from dataclasses import dataclass
 
+from bayou.client.tls import TlsConfig
 from bayou.protocols.rtes.codec import ENCODING, ERRORS, UnsafeField, check_field
 
 __all__ = ["Produced", "RtesClient", "RtesClientError", "UnsafeField"]
@@ -39,9 +40,11 @@ def int_list(text: str) -> list[int]:
 
 
 class RtesClient:
-    def __init__(self, host: str = "127.0.0.1", port: int = 9092, timeout: float = 10.0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 9092, timeout: float = 10.0,
+                 tls: TlsConfig | None = None) -> None:
         self.addr = (host, port)
         self.timeout = timeout
+        self.tls = tls
         self._sock: socket.socket | None = None
         self._buf = b""
         self._ids = itertools.count(1)
@@ -61,6 +64,12 @@ class RtesClient:
         if self._sock is None:
             self._sock = socket.create_connection(self.addr, timeout=self.timeout)
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.tls is not None:
+                try:
+                    self._sock = self.tls.wrap(self._sock, self.addr[0])
+                except BaseException:
+                    self.close()
+                    raise
             self._buf = b""
         return self._sock
 

@@ -8,6 +8,7 @@ import ipaddress
 import logging
 import signal
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
@@ -20,6 +21,7 @@ from bayou.server.cursus import Advertised, CursusService, cursus_handler
 from bayou.server.iggy import IggyService, iggy_handler
 from bayou.server.rtes import RtesService, rtes_handler
 from bayou.server.tank import TankService, tank_handler
+from bayou.server.tls import TlsOptions
 
 if TYPE_CHECKING:
     from bayou.broker.cluster.node import ClusterNode
@@ -128,6 +130,7 @@ class ClusterOptions:
     replication: tuple[str, int] = (DEFAULT_BIND, 9093)
     session_timeout_ms: int = 4000  # ZooKeeper session: how fast a dead broker is noticed
     secret: str | None = None  # replication listeners admit only brokers that know it
+    zk_auth: str | None = None  # "user:password": ZooKeeper digest auth, and ACLs on bayou's znodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +155,25 @@ class ServerConfig:
     iggy: IggyOptions = field(default_factory=IggyOptions)
     cluster: ClusterOptions | None = None
     security: SecurityOptions = field(default_factory=SecurityOptions)
+    tls: TlsOptions | None = None  # [tls]: TLS on every listener not in tls.plain
 
     def __post_init__(self) -> None:
         self.connection_limits()  # refuse bad limits when the configuration is read
+
+    def tls_context(self, listener: str) -> ssl.SSLContext | None:
+        """The TLS context of ``listener``, or None when it is plain text. The replication
+        listener requires a certificate signed by the CA (mTLS) whatever client_auth says."""
+        tls = self.tls
+        if tls is None or listener in tls.plain:
+            return None
+        return tls.server_context("required" if listener == "replication" else None)
+
+    def replication_client_context(self) -> ssl.SSLContext | None:
+        """How this broker connects to the others' replication listeners (None: plain text)."""
+        tls = self.tls
+        if tls is None or "replication" in tls.plain:
+            return None
+        return tls.broker_client_context()
 
     def connection_limits(self) -> ConnectionLimits:
         return ConnectionLimits(max_connections=self.max_connections, idle_timeout_s=self.idle_timeout_s,
@@ -185,13 +204,15 @@ class BayouServer:
 
             self.cluster = ClusterNode(self.broker, self.config.cluster.zookeeper, BrokerRegistration(0, ""),
                                        session_timeout_s=self.config.cluster.session_timeout_ms / 1000,
-                                       secret=self.config.cluster.secret)
+                                       secret=self.config.cluster.secret, zk_auth=self.config.cluster.zk_auth,
+                                       tls=self.config.replication_client_context())
         try:
             for name, addr in self.config.listeners.items():
                 if addr is None:
                     continue
                 _port, factory = PROTOCOLS[name]
-                listener = Listener(name, addr[0], addr[1], factory(self, name), limits, admission)
+                listener = Listener(name, addr[0], addr[1], factory(self, name), limits, admission,
+                                    tls=self.config.tls_context(name))
                 await listener.start()
                 self.listeners[name] = listener
             if self.cluster is not None and self.config.cluster is not None:
@@ -217,7 +238,7 @@ class BayouServer:
         from bayou.server.replica import replica_handler
 
         listener = Listener(REPLICATION, opts.replication[0], opts.replication[1], replica_handler(node),
-                            limits, admission)
+                            limits, admission, tls=self.config.tls_context(REPLICATION))
         await listener.start()
         self.listeners[REPLICATION] = listener
         endpoints = {name: li.port for name, li in self.listeners.items()}
@@ -233,8 +254,9 @@ class BayouServer:
                 continue  # Iggy clients log in (unless the login-less seed dialect is on)
             if self.config.security.anonymous != "all" and name != "replication":
                 continue  # anonymous clients may read at most ([security] anonymous)
-            if name == "replication" and self.config.cluster is not None and self.config.cluster.secret:
-                continue  # brokers prove they know the cluster's secret
+            if name == "replication" and ((self.config.cluster is not None and self.config.cluster.secret)
+                                          or li.tls is not None):
+                continue  # brokers prove they know the cluster's secret, or hold a certificate of its CA
             log.warning("listener reachable from other hosts without authentication: anyone who reaches "
                         "it can produce, consume, change and delete topics (bind 127.0.0.1, or keep the "
                         "port behind a firewall)", extra={"protocol": name, "host": li.host, "port": li.port})

@@ -19,6 +19,9 @@ done once:
   connection stops reading (the kernel's window pushes back on the client) until others release.
   A connection waits holding nothing, so waits cannot deadlock; a frame larger than the whole
   budget is refused by the framing reader's cap (``frame_cap``) with the protocol's own error.
+* **TLS.** A listener with a TLS context accepts sockets itself and runs the handshake after
+  admission, within the idle deadline (``_accept_tls``); ``Connection.peer_cn`` is the CN of a
+  verified client certificate.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import ssl
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bayou.broker.authz import Caller, bind_caller, connection_principal
 from bayou.errors import InvalidConfig
+from bayou.server.tls import handshake_failure, peer_cn
 
 log = logging.getLogger("bayou.server")
 
@@ -220,8 +226,9 @@ Handler = Callable[[Connection, "Listener"], Awaitable[None]]
 
 class Listener:
     def __init__(self, name: str, host: str, port: int, handler: Handler, limits: ConnectionLimits,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.name = name
+        self.tls = tls  # TLS on this listener: the handshake follows admission (_accept_tls)
         self.host = host
         self.port = port
         self.handler = handler
@@ -230,31 +237,55 @@ class Listener:
         self.admission.listeners.append(self)
         self.connections: set[Connection] = set()
         self.server: asyncio.Server | None = None
+        self._socks: list[socket.socket] = []  # a TLS listener's own listening sockets
+        self._accepting: list[asyncio.Task[None]] = []
+        self._handshakes: set[asyncio.Task[None]] = set()
         self.draining = False
         self.refused = 0
 
     async def start(self) -> None:
-        self.server = await asyncio.start_server(self._accept, self.host, self.port,
-                                                 limit=self.limits.read_size, reuse_address=True)
-        sock = self.server.sockets[0]
-        self.port = sock.getsockname()[1]
-        log.info("listening", extra={"protocol": self.name, "host": self.host, "port": self.port})
+        if self.tls is not None:
+            await self._listen_tls(self.tls)
+        else:
+            self.server = await asyncio.start_server(self._accept, self.host, self.port,
+                                                     limit=self.limits.read_size, reuse_address=True)
+            self.port = self.server.sockets[0].getsockname()[1]
+        log.info("listening", extra={"protocol": self.name, "host": self.host, "port": self.port,
+                                     "tls": self.tls is not None})
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _admit(self, ip: str, peer: str) -> bool:
+        """Count a new connection from ``ip`` in, or refuse it (False; logged 1st, 2nd, 4th... time)."""
         adm = self.admission
-        conn = Connection(reader, writer, self.limits, adm.budget)
-        reason = "draining" if self.draining else adm.refusal(self, conn.ip)
+        reason = "draining" if self.draining else adm.refusal(self, ip)
         if reason is not None:
             self.refused += 1
             if self.refused & (self.refused - 1) == 0:  # 1st, 2nd, 4th, 8th...: a flood is not a log flood
                 log.warning("refusing connection", extra={"protocol": self.name, "reason": reason,
-                                                          "peer": conn.peer, "refused": self.refused})
+                                                          "peer": peer, "refused": self.refused})
+            return False
+        adm.total += 1
+        adm.per_ip[ip] += 1
+        return True
+
+    def _release(self, ip: str) -> None:
+        adm = self.admission
+        adm.total -= 1
+        adm.per_ip[ip] -= 1
+        if adm.per_ip[ip] <= 0:
+            del adm.per_ip[ip]
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(reader, writer, self.limits, self.admission.budget)
+        if not self._admit(conn.ip, conn.peer):
             writer.close()
             return
+        await self._serve(conn)
+
+    async def _serve(self, conn: Connection) -> None:
+        """Run the protocol's handler on an admitted connection; release it however it ends."""
         conn.task = asyncio.current_task()
-        adm.total += 1
-        adm.per_ip[conn.ip] += 1
         self.connections.add(conn)
+        budget = self.admission.budget
         try:
             bind_caller(Caller(connection_principal(conn.peer_cn)))  # the principal: broker/authz.py
             await self.handler(conn, self)
@@ -269,21 +300,110 @@ class Listener:
             log.exception("connection handler failed", extra={"protocol": self.name, "peer": conn.peer})
         finally:
             self.connections.discard(conn)
-            adm.total -= 1
-            adm.per_ip[conn.ip] -= 1
-            if adm.per_ip[conn.ip] <= 0:
-                del adm.per_ip[conn.ip]
-            if adm.budget is not None and conn.held:
-                adm.budget.release(conn.held)
+            self._release(conn.ip)
+            if budget is not None and conn.held:
+                budget.release(conn.held)
                 conn.held = 0
-            writer.close()
+            conn.writer.close()
             with contextlib.suppress(Exception):
-                await writer.wait_closed()
+                await conn.writer.wait_closed()
+
+    # -- TLS -----------------------------------------------------------------------------------
+    # A TLS listener accepts sockets itself: the handshake must follow admission, and a stream
+    # server's transport has already read the ClientHello (uvloop reads at once) where
+    # StreamWriter.start_tls cannot see it. The handshake runs on the accepted socket
+    # (loop.connect_accepted_socket), within the connection's idle deadline.
+
+    async def _listen_tls(self, ctx: ssl.SSLContext) -> None:
+        """Bind every address ``host`` resolves to (as asyncio.start_server does), one accept loop
+        each."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(self.host or None, self.port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        try:
+            for family, _type, _proto, _name, addr in dict.fromkeys(infos):
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                self._socks.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind((addr[0], self.port, *addr[2:]))  # port 0: the first bind's port for all
+                sock.listen(socket.SOMAXCONN)
+                sock.setblocking(False)
+                self.port = sock.getsockname()[1]  # an ephemeral port: the same one on every address
+        except OSError:
+            for sock in self._socks:
+                sock.close()
+            self._socks.clear()
+            raise
+        self._accepting = [loop.create_task(self._accept_loop(sock, ctx), name=f"accept-{self.name}")
+                           for sock in self._socks]
+
+    async def _accept_loop(self, sock: socket.socket, ctx: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        while not self.draining:
+            try:
+                client, _addr = await loop.sock_accept(sock)
+            except OSError as exc:  # out of descriptors, or the socket closed while stopping
+                if self.draining:
+                    return
+                log.warning("accept failed: %s", exc, extra={"protocol": self.name})
+                await asyncio.sleep(0.1)
+                continue
+            task = loop.create_task(self._accept_tls(client, ctx))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    async def _accept_tls(self, sock: socket.socket, ctx: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        accepted_at = loop.time()
+        try:
+            peer_addr = sock.getpeername()
+        except OSError:
+            sock.close()
+            return
+        ip, peer = str(peer_addr[0]), f"{peer_addr[0]}:{peer_addr[1]}"
+        if not self._admit(ip, peer):
+            sock.close()
+            return
+        deadline = accepted_at + self.limits.idle_timeout_s
+        reader = asyncio.StreamReader(limit=self.limits.read_size)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            async with asyncio.timeout_at(deadline):  # the loop's own handshake timer is a backstop
+                transport, _p = await loop.connect_accepted_socket(
+                    lambda: protocol, sock, ssl=ctx, ssl_handshake_timeout=deadline - loop.time() + 1)
+        except BaseException as exc:
+            self._release(ip)
+            sock.close()
+            if isinstance(exc, asyncio.CancelledError) or not isinstance(exc, Exception):
+                raise
+            if isinstance(exc, TimeoutError):
+                log.info("closing connection: TLS handshake not completed in time",
+                         extra={"protocol": self.name, "peer": peer})
+            elif isinstance(exc, OSError | asyncio.IncompleteReadError):  # ssl.SSLError is an OSError
+                reason = handshake_failure(exc)
+                if reason is not None:
+                    log.info("closing connection: TLS handshake failed: %s", reason,
+                             extra={"protocol": self.name, "peer": peer})
+            else:
+                log.exception("TLS handshake failed", extra={"protocol": self.name, "peer": peer})
+            return
+        self._handshakes.discard(asyncio.current_task())  # drain() ends it now
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        conn = Connection(reader, writer, self.limits, self.admission.budget)
+        conn.accepted_at = conn._last_data_at = accepted_at  # the handshake spent the idle time
+        conn.peer_cn = peer_cn(writer)
+        await self._serve(conn)
 
     def stop_accepting(self) -> None:
         self.draining = True
         if self.server is not None:
             self.server.close()
+        for task in (*self._accepting, *self._handshakes):
+            task.cancel()
+        for sock in self._socks:
+            sock.close()
 
     async def drain(self, grace: float) -> None:
         """Let busy connections finish their request (up to ``grace`` s), then close everything."""

@@ -4,6 +4,9 @@ uvloop (bayou's event loop) does not implement ``loop.sendfile``, so the ranges 
 worker thread straight on the socket's descriptor, after the transport's own buffer has drained;
 the caller must not write anything else on the connection until this returns (a per-connection
 write lock). The kernel copies file pages to the socket; the bytes never enter Python.
+
+On a TLS connection the bytes must pass through the TLS layer: the ranges are read (``os.pread``,
+in the worker thread) and written through the transport like any reply.
 """
 
 from __future__ import annotations
@@ -21,6 +24,16 @@ def prepare(writer: asyncio.StreamWriter) -> None:
     """Make ``drain()`` wait until the transport buffer is empty, so a sendfile never overtakes
     bytes written earlier."""
     writer.transport.set_write_buffer_limits(high=0)
+
+
+def _read_blocking(file_fd: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    out = []
+    for offset, count in ranges:
+        data = os.pread(file_fd, count, offset)
+        if len(data) < count:
+            raise ConnectionResetError("file shorter than the range to send")
+        out.append(data)
+    return out
 
 
 def _send_blocking(sock_fd: int, file_fd: int, ranges: Sequence[tuple[int, int]]) -> int:
@@ -46,6 +59,12 @@ async def send_ranges(writer: asyncio.StreamWriter, file_fd: int, ranges: Sequen
                       executor: Executor | None = None) -> int:
     """Write ``(offset, length)`` ranges of ``file_fd`` on the connection, in order; returns the
     number of bytes sent. Everything written before is flushed first."""
+    loop = asyncio.get_running_loop()
+    if writer.get_extra_info("sslcontext") is not None:  # encrypted: no sendfile
+        chunks = await loop.run_in_executor(executor, _read_blocking, file_fd, list(ranges))
+        writer.writelines(chunks)
+        await writer.drain()
+        return sum(map(len, chunks))
     await writer.drain()
     transport = writer.transport
     while transport.get_write_buffer_size():
@@ -55,5 +74,5 @@ async def send_ranges(writer: asyncio.StreamWriter, file_fd: int, ranges: Sequen
     sock = transport.get_extra_info("socket")
     if sock is None:
         raise ConnectionResetError("no socket")
-    return await asyncio.get_running_loop().run_in_executor(
+    return await loop.run_in_executor(
         executor, _send_blocking, sock.fileno(), file_fd, list(ranges))

@@ -26,7 +26,7 @@ def client_for(spec: ConnectionSpec) -> Client:
         client = _CLIENTS.get(spec)
         if client is None:
             client = Client(spec.bootstrap, username=spec.username, password=spec.password,
-                            timeout=spec.timeout)
+                            timeout=spec.timeout, tls=spec.tls)
             _CLIENTS[spec] = client
         return client
 

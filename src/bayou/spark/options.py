@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bayou.client.tls import TlsConfig
 from bayou.spark.errors import BayouOptionError
 
 EARLIEST = -2  # Kafka's JSON markers inside startingOffsets / endingOffsets
@@ -28,7 +29,11 @@ BOOTSTRAP = "bayou.bootstrap.servers"
 BAYOU_OPTIONS = {
     BOOTSTRAP, "bayou.username", "bayou.password", "bayou.timeout", "bayou.fetch.maxrecords",
     "bayou.sink.partitions", "bayou.sink.batchsize", "bayou.compression.type",
+    # TLS, named as Kafka clients (librdkafka) name them
+    "bayou.security.protocol", "bayou.ssl.ca.location", "bayou.ssl.certificate.location",
+    "bayou.ssl.key.location", "bayou.ssl.endpoint.identification.algorithm",
 }
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 # Kafka options this connector does not implement: rejected rather than silently ignored.
@@ -48,6 +53,7 @@ class ConnectionSpec:
     username: str = "iggy"
     password: str = field(default="iggy", repr=False)
     timeout: float = 30.0
+    tls: TlsConfig | None = None  # bayou.security.protocol=SSL
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +173,30 @@ def parse_connection(opts: Options) -> ConnectionSpec:
     if timeout <= 0:
         raise BayouOptionError("bayou.timeout", "must be positive")
     return ConnectionSpec(",".join(addresses), opts.get("bayou.username") or "iggy",
-                          opts.get("bayou.password") or "iggy", timeout)
+                          opts.get("bayou.password") or "iggy", timeout, parse_tls(opts))
+
+
+def parse_tls(opts: Options) -> TlsConfig | None:
+    """``bayou.security.protocol=SSL`` and the ``bayou.ssl.*`` locations (PEM files, read on each
+    executor: the paths must exist there too)."""
+    protocol = (opts.get("bayou.security.protocol") or "PLAINTEXT").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise BayouOptionError("bayou.security.protocol", f"expects PLAINTEXT or SSL, got {protocol!r}")
+    ssl_keys = [k for k in opts.raw if k.startswith("bayou.ssl.")]
+    if protocol == "PLAINTEXT":
+        if ssl_keys:
+            raise BayouOptionError(ssl_keys[0], "needs bayou.security.protocol=SSL")
+        return None
+    cert, key = opts.get("bayou.ssl.certificate.location"), opts.get("bayou.ssl.key.location")
+    if bool(cert) != bool(key):
+        raise BayouOptionError("bayou.ssl.key.location" if cert else "bayou.ssl.certificate.location",
+                               "give both bayou.ssl.certificate.location and bayou.ssl.key.location")
+    algorithm = (opts.get("bayou.ssl.endpoint.identification.algorithm") or "https").lower()
+    if algorithm not in ("https", "none", ""):
+        raise BayouOptionError("bayou.ssl.endpoint.identification.algorithm",
+                               f"expects https or none, got {algorithm!r}")
+    return TlsConfig(ca=opts.get("bayou.ssl.ca.location") or None, cert=cert or None, key=key or None,
+                     check_hostname=algorithm == "https")
 
 
 def parse_subscription(opts: Options) -> Subscription:

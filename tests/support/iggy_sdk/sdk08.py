@@ -223,5 +223,18 @@ async def read(port: int, stream: str, topic: str) -> dict[str, Any]:
     }
 
 
+
+@scenario
+async def tls_sendpoll(port: int, ca_file: str, stream: str) -> dict[str, Any]:
+    """Over TLS (connection string tls=true, tls_domain, tls_ca_file): send three, poll them back."""
+    c = ig.IggyClient.from_connection_string(
+        f"{url(port)}&tls=true&tls_domain=localhost&tls_ca_file={ca_file}")
+    await bounded(c.connect())
+    await bounded(c.create_stream(stream))
+    await bounded(c.create_topic(stream, "events", 1))
+    await bounded(c.send_messages(stream, "events", 0, [ig.SendMessage(f"tls-{i}") for i in range(3)]))
+    return {"polled": await poll(c, stream, "events", ig.PollingStrategy.Offset(0), 10)}
+
+
 if __name__ == "__main__":
     main()

@@ -527,5 +527,22 @@ async def pat_login(port: int, token: str, stream: str) -> dict[str, Any]:
     return out
 
 
+
+@scenario
+async def tls_sendpoll(port: int, ca_file: str, stream: str) -> dict[str, Any]:
+    """Over TLS (TcpConfig tls_*): log in, send three messages, poll them back."""
+    c = ig.IggyClient(ig.TcpConfig(
+        server_address=f"127.0.0.1:{port}", auto_login=ig.AutoLogin.disabled(), nodelay=True,
+        reconnection=ig.TcpReconnectionConfig(max_retries=RETRIES,
+                                              interval=dt.timedelta(milliseconds=RETRY_INTERVAL_MS)),
+        tls_enabled=True, tls_domain="localhost", tls_ca_file=ca_file))
+    await bounded(c.connect())
+    await bounded(c.login_user("iggy", "iggy"))
+    await bounded(c.create_stream(stream))
+    await bounded(c.create_topic(stream, "events", 1))
+    await bounded(c.send_messages(stream, "events", 0, [ig.SendMessage(f"tls-{i}") for i in range(3)]))
+    return {"polled": await poll(c, stream, "events", ig.PollingStrategy.Offset(0), 10)}
+
+
 if __name__ == "__main__":
     main()

@@ -27,6 +27,7 @@ import functools
 import json
 import logging
 import random
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -112,17 +113,19 @@ FETCH_MAX_WAIT_MS = 500
 class ClusterNode:
     def __init__(self, broker: Broker, url: str, registration: BrokerRegistration, *,
                  tick_s: float = 0.5, lag_timeout_s: float | None = None,
-                 session_timeout_s: float = 6.0, secret: str | None = None) -> None:
+                 session_timeout_s: float = 6.0, secret: str | None = None, zk_auth: str | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.broker = broker
         self.me = broker.config.broker_id
         self.url = url
         self.secret = secret  # the replication listeners' shared secret ([cluster] secret)
+        self.tls = tls  # replication listeners speak TLS: verify theirs, present this broker's certificate
         self.registration = registration
         self.tick_s = tick_s
         self.lag_timeout_s = (broker.config.replica_lag_timeout_ms / 1000 if lag_timeout_s is None
                               else lag_timeout_s)
         self.zk = ZkCluster(url, self.me, registration, self._on_change,
-                            session_timeout_s=session_timeout_s)
+                            session_timeout_s=session_timeout_s, auth=zk_auth)
         self.snapshot: Snapshot | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -962,8 +965,13 @@ class ClusterNode:
     async def _connect(self, host: str, port: int, limit: int = 1 << 16
                        ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to another broker's replication listener, past its challenge when the
-        cluster has a shared secret (ReplicaProtocolError when the answer is refused)."""
-        reader, writer = await asyncio.open_connection(host, port, limit=limit)
+        cluster has a shared secret (ReplicaProtocolError when the answer is refused), over TLS
+        when the cluster's replication listeners use it (mTLS: this broker's certificate)."""
+        try:
+            reader, writer = await asyncio.open_connection(host, port, limit=limit, ssl=self.tls,
+                                                           server_hostname=host if self.tls else None)
+        except ssl.SSLError as exc:
+            raise ReplicaProtocolError(f"TLS handshake with {host}:{port} failed: {exc}") from None
         if self.secret is None:
             return reader, writer
         try:

@@ -15,12 +15,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, unquote, urlparse
 
 from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.lock import Lock
+from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
 from bayou.broker.cluster.state import (
     BROKERS,
@@ -66,14 +68,26 @@ class Snapshot:
     states: dict[tuple[str, int], tuple[PartitionState, int]]  # state and its znode version
 
 
+def kazoo_auth(auth: str | None) -> dict[str, Any]:
+    """KazooClient arguments for ``[cluster] zk_auth = "user:password"``: digest auth on the
+    session, and every znode bayou creates readable by all but changed only by that user."""
+    if not auth:
+        return {}
+    user, _sep, password = auth.partition(":")
+    return {"auth_data": [("digest", auth)],
+            "default_acl": [make_digest_acl(user, password, all=True), *READ_ACL_UNSAFE]}
+
+
 class ZkCluster:
     def __init__(self, url: str, broker_id: int, registration: BrokerRegistration,
-                 on_change: Callable[[], None], *, session_timeout_s: float = 6.0) -> None:
+                 on_change: Callable[[], None], *, session_timeout_s: float = 6.0,
+                 auth: str | None = None) -> None:
         hosts, chroot = parse_url(url)
         self.broker_id = broker_id
         self.registration = registration
         self.on_change = on_change
-        self.zk = KazooClient(hosts=hosts + chroot, timeout=session_timeout_s)
+        self._kazoo_auth = kazoo_auth(auth)
+        self.zk = KazooClient(hosts=hosts + chroot, timeout=session_timeout_s, **self._kazoo_auth)
         self._hosts = hosts
         self._chroot = chroot
         self._watched: set[str] = set()
@@ -88,7 +102,7 @@ class ZkCluster:
     def start(self, timeout: float = 30.0, accept: Callable[[str], None] | None = None) -> None:
         """Connect and register; ``accept`` sees the cluster's id first and may refuse it (raise),
         before this broker is visible to the others."""
-        root = KazooClient(hosts=self._hosts, timeout=10.0)
+        root = KazooClient(hosts=self._hosts, timeout=10.0, **self._kazoo_auth)
         root.start(timeout=timeout)
         try:
             root.ensure_path(self._chroot)
