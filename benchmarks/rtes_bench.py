@@ -29,7 +29,7 @@ def free_port() -> int:
 def start_broker(data: Path, port: int, fsync: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-m", "bayou", "serve", "--data-dir", str(data),
                              "--rtes", f"127.0.0.1:{port}", "--cursus", "off", "--iggy", "off",
-                             "--tank", "off", "--fsync", fsync, "--log-level", "warning"])
+                             "--tank", "off", "--http", "off", "--fsync", fsync, "--log-level", "warning"])
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
