@@ -83,7 +83,9 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
 
-    def start(self, timeout: float = 20.0) -> BrokerProcess:
+    def start(self, timeout: float = 20.0, *, wait: bool = True) -> BrokerProcess:
+        """Start the subprocess and wait until every listener that is on accepts connections
+        (``wait=False``: return at once, e.g. to watch the HTTP port during crash recovery)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         logf = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
         self.proc = subprocess.Popen(
@@ -93,6 +95,8 @@ class BrokerProcess:
              "--http", f"127.0.0.1:{self.http_port}", "--fsync", self.fsync, *self.extra],
             stdout=logf, stderr=subprocess.STDOUT, env=env)
         logf.close()
+        if not wait:
+            return self
         deadline = time.monotonic() + timeout
         # the listeners open one after another: wait for every one that is on, not just V1's
         ports = [self.port] + [port for name, port in (("cursus", self.cursus_port), ("iggy", self.iggy_port),

@@ -18,11 +18,13 @@ at most 128 headers, a body at most ``client_max_size`` (1 MiB), per admitted co
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from bayou.server.base import Connection, Listener
@@ -38,6 +40,24 @@ TICK_S = 0.5  # how often a connection's deadline is looked at while no request 
 # A module adds its routes with a function of the server: probes, metrics, and later the admin API
 # and the console, each in its own module (server/http/*.py).
 RouteModule = Callable[["BayouServer"], Iterable[web.RouteDef]]
+
+
+class _QuietBadRequests(logging.Filter):
+    """aiohttp logs a malformed request (a port scan, a client speaking another protocol) at error
+    level with its traceback; it is the client's fault and already answered 400: one info line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.exc_info = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg = "bad HTTP request answered %d: %s"
+            record.args = (exc.code, (exc.message.splitlines() or [""])[0])
+        return True
+
+
+log = logging.getLogger("bayou.server.http")
+log.addFilter(_QuietBadRequests())
 
 
 class _Tap(asyncio.Protocol):
@@ -86,7 +106,7 @@ class HttpFrontEnd:
         self.server = server
         self.meter = RequestMeter("http")
         self.app = web.Application(middlewares=[self._middleware], client_max_size=CLIENT_MAX_SIZE,
-                                   handler_args={"keepalive_timeout": KEEPALIVE_S})
+                                   handler_args={"keepalive_timeout": KEEPALIVE_S, "logger": log})
         for module in modules:
             self.app.add_routes(list(module(server)))
         self._taps: dict[Any, _Tap] = {}  # aiohttp's handler -> its tap
