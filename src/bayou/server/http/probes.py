@@ -34,13 +34,14 @@ def readiness(server: BayouServer) -> dict[str, Any]:
                 "reason": f"{what}: {rec.partitions_done} of {rec.partitions_total} partitions", **progress}
     missing = sorted(name for name, addr in server.config.listeners.items()
                      if addr is not None and name not in server.listeners)
-    if missing or not server.serving:
-        return {"ready": False, "status": "starting",
-                "reason": "listeners not up yet: " + (", ".join(missing) or "cluster")}
+    if missing:
+        return {"ready": False, "status": "starting", "reason": "listeners not up yet: " + ", ".join(missing)}
     if server.cluster is not None:
         waiting = _cluster_wait(server.cluster)
         if waiting is not None:
             return waiting
+    if not server.serving:
+        return {"ready": False, "status": "starting", "reason": "start-up not finished"}
     return {"ready": True, "status": "ready"}
 
 

@@ -1,0 +1,138 @@
+"""Produce throughput with a Prometheus scrape of /metrics every second vs none (issue 16: target
+under 2 % difference).
+
+Prints figures; never passes or fails. One broker subprocess (fsync never, so the produce path is
+CPU-bound and any cost of the metrics shows), with ``--partitions`` partitions on other topics so
+that a scrape has realistic work (a family sample per partition); then rounds that alternate
+"no scrape" and "scrape every second", each producing ``--records`` V1 records over
+``--connections`` pipelined connections (V1 has no batches: one request per record, the worst
+case for per-request counters). The median of each mode's rounds is compared.
+
+    .venv/bin/python benchmarks/metrics_bench.py --records 60000 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from rtes_bench import free_port, producer
+
+
+def start_broker(data: Path, port: int, http: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-m", "bayou", "serve", "--data-dir", str(data),
+                             "--rtes", f"127.0.0.1:{port}", "--cursus", "off", "--iggy", "off",
+                             "--tank", "off", "--http", f"127.0.0.1:{http}", "--fsync", "never",
+                             "--log-level", "warning"])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("broker did not start")
+
+
+class Scraper(threading.Thread):
+    """GET /metrics every ``interval`` s until stopped; remembers each scrape's time and size."""
+
+    def __init__(self, url: str, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.interval = interval
+        self.stop_flag = threading.Event()
+        self.times: list[float] = []
+        self.size = 0
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(self.url, timeout=10) as resp:
+                self.size = len(resp.read())
+            self.times.append(time.perf_counter() - t0)
+            self.stop_flag.wait(max(0.0, self.interval - (time.perf_counter() - t0)))
+
+
+async def produce_round(port: int, records: int, connections: int, window: int, value: str) -> float:
+    per = records // connections
+    latencies: list[float] = []
+    t0 = time.perf_counter()
+    await asyncio.gather(*(producer(port, i, per, window, value, latencies) for i in range(connections)))
+    return per * connections / (time.perf_counter() - t0)
+
+
+async def create_partitions(port: int, partitions: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for t in range(0, partitions, 10):
+        writer.write(f"V1|{t}|ADMIN_CREATE_TOPIC|other{t} 10 1\n".encode())
+        await writer.drain()
+        line = await reader.readline()
+        if b"|OK|" not in line:
+            raise SystemExit(f"create failed: {line!r}")
+    writer.close()
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=60_000, help="records per round")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per mode (alternating)")
+    ap.add_argument("--connections", type=int, default=4)
+    ap.add_argument("--window", type=int, default=64)
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=500, help="partitions on other topics")
+    ap.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
+    args = ap.parse_args()
+    value = "x" * args.value_size
+    with tempfile.TemporaryDirectory(prefix="bayou-metrics-bench-") as tmp:
+        port, http = free_port(), free_port()
+        proc = start_broker(Path(tmp) / "data", port, http)
+        try:
+            await create_partitions(port, args.partitions)
+            await produce_round(port, args.records // 4, args.connections, args.window, value)  # warm-up
+            plain: list[float] = []
+            scraped: list[float] = []
+            scrape_times: list[float] = []
+            size = 0
+            for _ in range(args.rounds):
+                plain.append(await produce_round(port, args.records, args.connections, args.window, value))
+                scraper = Scraper(f"http://127.0.0.1:{http}/metrics", args.interval)
+                scraper.start()
+                try:
+                    scraped.append(await produce_round(port, args.records, args.connections, args.window,
+                                                       value))
+                finally:
+                    scraper.stop_flag.set()
+                    scraper.join(10)
+                scrape_times += scraper.times
+                size = scraper.size
+            a, b = statistics.median(plain), statistics.median(scraped)
+            print(f"V1 PRODUCE, fsync never, {args.connections} connections x window {args.window}, "
+                  f"{args.records:,} records of {args.value_size} B per round, {args.rounds} rounds per mode, "
+                  f"{args.partitions + 3} partitions")
+            print(f"    no scrape:              median {a:,.0f} records/s   (rounds: "
+                  f"{', '.join(f'{x:,.0f}' for x in plain)})")
+            print(f"    scrape every {args.interval:g} s:     median {b:,.0f} records/s   (rounds: "
+                  f"{', '.join(f'{x:,.0f}' for x in scraped)})")
+            print(f"    difference: {(b - a) / a * 100:+.2f} %   ({len(scrape_times)} scrapes of {size:,} B, "
+                  f"median {statistics.median(scrape_times) * 1000:.1f} ms each)")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    asyncio.run(main())
