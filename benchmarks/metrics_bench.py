@@ -17,33 +17,14 @@ import argparse
 import asyncio
 import os
 import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
-from rtes_bench import free_port, producer
-
-
-def start_broker(data: Path, port: int, http: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "bayou", "serve", "--data-dir", str(data),
-                             "--rtes", f"127.0.0.1:{port}", "--cursus", "off", "--iggy", "off",
-                             "--tank", "off", "--http", f"127.0.0.1:{http}", "--fsync", "never",
-                             "--log-level", "warning"])
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("broker did not start")
+from rtes_bench import free_port, producer, start_broker
 
 
 class Scraper(threading.Thread):
@@ -98,7 +79,7 @@ async def main() -> None:
     value = "x" * args.value_size
     with tempfile.TemporaryDirectory(prefix="bayou-metrics-bench-") as tmp:
         port, http = free_port(), free_port()
-        proc = start_broker(Path(tmp) / "data", port, http)
+        proc = start_broker(Path(tmp) / "data", port, "never", "--http", f"127.0.0.1:{http}")
         try:
             await create_partitions(port, args.partitions)
             await produce_round(port, args.records // 4, args.connections, args.window, value)  # warm-up
@@ -120,8 +101,8 @@ async def main() -> None:
                 size = scraper.size
             a, b = statistics.median(plain), statistics.median(scraped)
             print(f"V1 PRODUCE, fsync never, {args.connections} connections x window {args.window}, "
-                  f"{args.records:,} records of {args.value_size} B per round, {args.rounds} rounds per mode, "
-                  f"{args.partitions + 3} partitions")
+                  f"{args.records:,} records of {args.value_size} B per round, "
+                  f"{args.rounds} rounds per mode, {args.partitions + 3} partitions")
             print(f"    no scrape:              median {a:,.0f} records/s   (rounds: "
                   f"{', '.join(f'{x:,.0f}' for x in plain)})")
             print(f"    scrape every {args.interval:g} s:     median {b:,.0f} records/s   (rounds: "
