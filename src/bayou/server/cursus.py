@@ -159,7 +159,7 @@ class CursusService:
             failed = first is not None and first.startswith(b"ERROR")
             return reply
         finally:
-            self.meter.record(command, started, failed)
+            self.meter.record(command, started, failed, timed=not state.streaming)
 
     async def _dispatch(self, body: bytes, item: cb.BatchHead | Command, state: ConnState,
                         conn: Connection | None) -> Body:

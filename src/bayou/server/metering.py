@@ -24,9 +24,12 @@ class RequestMeter:
         self.commands: dict[str, list[int]] = {}  # command -> [requests, errors]
         self.latency = Histogram(LATENCY_BUCKETS)
 
-    def record(self, command: str, started: float, failed: bool) -> None:
-        """One request of ``command`` begun at ``started`` (``time.perf_counter()``) is answered."""
-        self.latency.observe(time.perf_counter() - started)
+    def record(self, command: str, started: float, failed: bool, *, timed: bool = True) -> None:
+        """One request of ``command`` begun at ``started`` (``time.perf_counter()``) is answered.
+        ``timed=False`` leaves it out of the latency histogram (a stream that lasts as long as
+        its connection is not a request's latency)."""
+        if timed:
+            self.latency.observe(time.perf_counter() - started)
         counts = self.commands.get(command)
         if counts is None:
             counts = self.commands[command] = [0, 0]
