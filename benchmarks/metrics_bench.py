@@ -6,7 +6,9 @@ CPU-bound and any cost of the metrics shows), with ``--partitions`` partitions o
 that a scrape has realistic work (a family sample per partition); then rounds that alternate
 "no scrape" and "scrape every second", each producing ``--records`` V1 records over
 ``--connections`` pipelined connections (V1 has no batches: one request per record, the worst
-case for per-request counters). The median of each mode's rounds is compared.
+case for per-request counters). The median of each mode's rounds is compared, twice: as records/s
+(wall clock), and as the broker process's CPU time per record (user + system, from /proc), which
+a shared, loaded machine disturbs far less: on a CPU-bound broker, throughput is its inverse.
 
     .venv/bin/python benchmarks/metrics_bench.py --records 60000 --rounds 5
 """
@@ -47,12 +49,21 @@ class Scraper(threading.Thread):
             self.stop_flag.wait(max(0.0, self.interval - (time.perf_counter() - t0)))
 
 
-async def produce_round(port: int, records: int, connections: int, window: int, value: str) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def produce_round(port: int, pid: int, records: int, connections: int, window: int,
+                        value: str) -> tuple[float, float]:
+    """(records/s, broker CPU microseconds per record) of one round."""
     per = records // connections
     latencies: list[float] = []
-    t0 = time.perf_counter()
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     await asyncio.gather(*(producer(port, i, per, window, value, latencies) for i in range(connections)))
-    return per * connections / (time.perf_counter() - t0)
+    n = per * connections
+    return n / (time.perf_counter() - t0), (cpu_seconds(pid) - cpu0) / n * 1e6
 
 
 async def create_partitions(port: int, partitions: int) -> None:
@@ -82,33 +93,39 @@ async def main() -> None:
         proc = start_broker(Path(tmp) / "data", port, "never", "--http", f"127.0.0.1:{http}")
         try:
             await create_partitions(port, args.partitions)
-            await produce_round(port, args.records // 4, args.connections, args.window, value)  # warm-up
-            plain: list[float] = []
-            scraped: list[float] = []
+            await produce_round(port, proc.pid, args.records // 4, args.connections, args.window, value)
+            plain: list[tuple[float, float]] = []
+            scraped: list[tuple[float, float]] = []
             scrape_times: list[float] = []
             size = 0
             for _ in range(args.rounds):
-                plain.append(await produce_round(port, args.records, args.connections, args.window, value))
+                plain.append(await produce_round(port, proc.pid, args.records, args.connections, args.window,
+                                                 value))
                 scraper = Scraper(f"http://127.0.0.1:{http}/metrics", args.interval)
                 scraper.start()
                 try:
-                    scraped.append(await produce_round(port, args.records, args.connections, args.window,
-                                                       value))
+                    scraped.append(await produce_round(port, proc.pid, args.records, args.connections,
+                                                       args.window, value))
                 finally:
                     scraper.stop_flag.set()
                     scraper.join(10)
                 scrape_times += scraper.times
                 size = scraper.size
-            a, b = statistics.median(plain), statistics.median(scraped)
             print(f"V1 PRODUCE, fsync never, {args.connections} connections x window {args.window}, "
                   f"{args.records:,} records of {args.value_size} B per round, "
                   f"{args.rounds} rounds per mode, {args.partitions + 3} partitions")
-            print(f"    no scrape:              median {a:,.0f} records/s   (rounds: "
-                  f"{', '.join(f'{x:,.0f}' for x in plain)})")
-            print(f"    scrape every {args.interval:g} s:     median {b:,.0f} records/s   (rounds: "
-                  f"{', '.join(f'{x:,.0f}' for x in scraped)})")
-            print(f"    difference: {(b - a) / a * 100:+.2f} %   ({len(scrape_times)} scrapes of {size:,} B, "
-                  f"median {statistics.median(scrape_times) * 1000:.1f} ms each)")
+            for what, i, unit in (("throughput", 0, "records/s"), ("broker CPU per record", 1, "us")):
+                a = statistics.median(r[i] for r in plain)
+                b = statistics.median(r[i] for r in scraped)
+                print(f"  {what}:")
+                print(f"    no scrape:          median {a:,.1f} {unit}   (rounds: "
+                      f"{', '.join(f'{r[i]:,.1f}' for r in plain)})")
+                print(f"    scrape every {args.interval:g} s: median {b:,.1f} {unit}   (rounds: "
+                      f"{', '.join(f'{r[i]:,.1f}' for r in scraped)})")
+                print(f"    difference: {(b - a) / a * 100:+.2f} %")
+            took = statistics.median(scrape_times) * 1000
+            print(f"  {len(scrape_times)} scrapes of {size:,} B, median {took:.1f} ms each "
+                  "(wall clock, behind the produce load)")
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)

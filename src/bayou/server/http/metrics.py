@@ -252,6 +252,10 @@ class BrokerCollector(Collector):
         segments = Family("bayou_partition_segments", "gauge", "Segment files of the partition.", names)
         offline = Family("bayou_partition_offline", "gauge",
                          "1 when the partition is quarantined (damaged data).", names)
+        # the hot loop of a scrape (one pass per partition): bound appends, no method calls
+        add_start, add_end, add_hw = start.samples.append, end.samples.append, hw.samples.append
+        add_size, add_segments = size.samples.append, segments.samples.append
+        add_offline = offline.samples.append
         for name, topic in sorted(self.server.broker.topics.items()):
             bytes_in = records_in = bytes_out = records_out = 0
             topic_rendered = labels(topic_label, (name,))
@@ -263,12 +267,12 @@ class BrokerCollector(Collector):
                 records_out += p.records_out
                 plog = p.log
                 rendered = f'{topic_rendered},partition="{p.index}"'
-                start.add_rendered(rendered, plog.log_start_offset)
-                end.add_rendered(rendered, plog.next_offset)
-                hw.add_rendered(rendered, p.high_watermark)
-                size.add_rendered(rendered, plog.size_bytes)
-                segments.add_rendered(rendered, len(plog.segments))
-                offline.add_rendered(rendered, 0 if plog.damage is None else 1)
+                add_start((rendered, plog.log_start_offset))
+                add_end((rendered, plog.next_offset))
+                add_hw((rendered, p.high_watermark))
+                add_size((rendered, plog.size_bytes))
+                add_segments((rendered, len(plog.segments)))
+                add_offline((rendered, 0 if plog.damage is None else 1))
             for key, value in (("bytes_in", bytes_in), ("records_in", records_in), ("bytes_out", bytes_out),
                                ("records_out", records_out)):
                 per_topic[key].add_rendered(topic_rendered, value)
