@@ -1,7 +1,8 @@
 # bayou: two commands set up a fresh machine.
 #   make run   - create .venv, install bayou, start one broker (data in ./data)
-#   make test  - install the dev dependencies (incl. PySpark), the Iggy SDKs and ZooKeeper (Debian
-#                package, for the cluster tests), then run the whole suite
+#   make test  - install the dev dependencies (incl. PySpark), the Iggy SDKs, ZooKeeper (Debian
+#                package, for the cluster tests) and promtool (Debian's prometheus package, to lint
+#                /metrics), then run the whole suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
@@ -23,7 +24,7 @@ IGGY09STAMP = $(IGGY09)/.installed-apache-iggy-$(IGGY09_VERSION)
 ZOOKEEPER_JAR = /usr/share/java/zookeeper.jar
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test install dev iggy-sdks zookeeper lint typecheck bench bench-iggy bench-sdk bench-spark pipeline spark-package clean
+.PHONY: run test install dev iggy-sdks zookeeper promtool lint typecheck bench bench-iggy bench-sdk bench-spark pipeline spark-package clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +59,18 @@ $(ZOOKEEPER_JAR):
 
 zookeeper: $(ZOOKEEPER_JAR)
 
+# promtool lints /metrics (tests/integration/test_http_metrics.py): Debian's prometheus package,
+# without starting its server (RUNLEVEL=1). Not fatal: the test skips, saying why, without it.
+PROMTOOL = /usr/bin/promtool
+
+$(PROMTOOL):
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -q --no-install-recommends prometheus \
+	  || ($(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 \
+	      apt-get install -y -q --no-install-recommends prometheus) \
+	  || echo "promtool could not be installed: the promtool check of /metrics is skipped"
+
+promtool: $(PROMTOOL)
+
 install: $(STAMP)
 
 dev: $(DEVSTAMP)
@@ -67,7 +80,7 @@ iggy-sdks: $(IGGY08STAMP) $(IGGY09STAMP)
 run: $(STAMP)
 	$(VENV)/bin/bayou serve --data-dir ./data
 
-test: $(DEVSTAMP) $(IGGY08STAMP) $(IGGY09STAMP) $(ZOOKEEPER_JAR)
+test: $(DEVSTAMP) $(IGGY08STAMP) $(IGGY09STAMP) $(ZOOKEEPER_JAR) $(PROMTOOL)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports

@@ -165,7 +165,7 @@ def start_broker(data: Path, fsync: str, profile: Path | None) -> tuple[subproce
     prefix = [sys.executable] + (["-m", "cProfile", "-o", str(profile)] if profile else []) + ["-m", "bayou"]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.Popen([*prefix, "serve", "--data-dir", str(data), "--cursus", f"127.0.0.1:{port}",
-                             "--rtes", f"127.0.0.1:{rtes}", "--iggy", "off", "--tank", "off",
+                             "--rtes", f"127.0.0.1:{rtes}", "--iggy", "off", "--tank", "off", "--http", "off",
                              "--advertised-host", "127.0.0.1",
                              "--fsync", fsync, "--log-level", "warning"], env=env)
     deadline = time.monotonic() + 20

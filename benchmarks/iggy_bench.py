@@ -256,7 +256,8 @@ def _free_port() -> int:
 def _start_broker(data_dir: Path, port: int, fsync: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "python"), "-m", "bayou", "serve", "--data-dir", str(data_dir),
-         "--rtes", "off", "--cursus", "off", "--tank", "off", "--iggy", f"127.0.0.1:{port}", "--fsync", fsync,
+         "--rtes", "off", "--cursus", "off", "--tank", "off", "--http", "off", "--iggy", f"127.0.0.1:{port}",
+         "--fsync", fsync,
          "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

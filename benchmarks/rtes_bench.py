@@ -26,10 +26,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_broker(data: Path, port: int, fsync: str) -> subprocess.Popen[bytes]:
+def start_broker(data: Path, port: int, fsync: str, *extra: str) -> subprocess.Popen[bytes]:
+    """A broker serving V1 only (``extra`` flags override, e.g. ``--http 127.0.0.1:PORT``)."""
     proc = subprocess.Popen([sys.executable, "-m", "bayou", "serve", "--data-dir", str(data),
                              "--rtes", f"127.0.0.1:{port}", "--cursus", "off", "--iggy", "off",
-                             "--tank", "off", "--fsync", fsync, "--log-level", "warning"])
+                             "--tank", "off", "--http", "off", "--fsync", fsync, "--log-level", "warning",
+                             *extra])
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:

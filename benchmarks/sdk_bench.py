@@ -66,7 +66,7 @@ def main() -> None:
     else:
         port = _free_port()
         proc = subprocess.Popen([sys.executable, "-m", "bayou", "serve", "--data-dir", str(tmp / "data"),
-                                 "--rtes", "off", "--cursus", "off", "--tank", "off",
+                                 "--rtes", "off", "--cursus", "off", "--tank", "off", "--http", "off",
                                  "--iggy", f"127.0.0.1:{port}", "--fsync", args.fsync,
                                  "--log-level", "warning"],
                                 env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))

@@ -59,7 +59,7 @@ def _report(name: str, rows: int, wall: float, size: int, broker_cpu: float | No
 def _start_broker(data: Path, fsync: str) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "bayou", "serve", "--data-dir", str(data),
-                             "--rtes", "off", "--cursus", "off", "--tank", "off",
+                             "--rtes", "off", "--cursus", "off", "--tank", "off", "--http", "off",
                              "--iggy", f"127.0.0.1:{port}", "--fsync", fsync, "--log-level", "warning"],
                             env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
     deadline = time.monotonic() + 30

@@ -49,7 +49,8 @@ def _free_port() -> int:
 def _start(data: Path, port: int, fsync: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "bayou", "serve", "--data-dir", str(data), "--rtes", "off", "--cursus", "off",
-         "--iggy", "off", "--tank", f"127.0.0.1:{port}", "--fsync", fsync, "--log-level", "warning"],
+         "--iggy", "off", "--http", "off", "--tank", f"127.0.0.1:{port}", "--fsync", fsync,
+         "--log-level", "warning"],
         env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20

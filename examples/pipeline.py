@@ -240,7 +240,7 @@ def own_broker() -> Iterator[str]:
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "bayou", "serve", "--data-dir", data,
                              "--iggy", f"127.0.0.1:{port}", "--rtes", "off", "--cursus", "off",
-                             "--tank", "off", "--fsync", "never", "--log-level", "warning"])
+                             "--tank", "off", "--http", "off", "--fsync", "never", "--log-level", "warning"])
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -18,6 +18,7 @@ Example ``bayou.toml``::
     cursus = "127.0.0.1:9000"        # Cursus, or "off"
     iggy = "127.0.0.1:8090"          # Apache Iggy binary transport, or "off"
     tank = "127.0.0.1:11011"         # TANK, or "off"
+    http = "127.0.0.1:9080"          # /metrics, /health, /ready, or "off"
 
     [iggy]
     root_username = "iggy"           # the root user made on first start (env IGGY_ROOT_USERNAME)

@@ -196,6 +196,7 @@ rtes = "127.0.0.1:{port}"
 cursus = "off"
 iggy = "off"
 tank = "off"
+http = "off"
 
 [broker]
 default_partitions = 5

@@ -343,7 +343,7 @@ def test_second_broker_on_same_data_dir_refused(tmp_path: Path) -> None:
             c.produce("orders", "a", "before")
         second = subprocess.run(
             [sys.executable, "-m", "bayou", "serve", "--data-dir", str(data), "--rtes", "127.0.0.1:0",
-             "--cursus", "off"],
+             "--cursus", "off", "--http", "off"],
             capture_output=True, timeout=30, text=True)
         assert second.returncode != 0
         assert "in use" in second.stderr, second.stderr

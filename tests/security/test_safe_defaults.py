@@ -35,7 +35,8 @@ def _serve_until_ready(tmp_path: Path, *args: str) -> list[dict[str, object]]:
     log_path = tmp_path / "broker.log"
     with open(log_path, "wb") as logf:
         proc = subprocess.Popen([sys.executable, "-m", "bayou", "serve", "--data-dir", str(tmp_path / "d"),
-                                 "--fsync", "never", *args], stdout=logf, stderr=subprocess.STDOUT)
+                                 "--fsync", "never", "--http", "off", *args],
+                                stdout=logf, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
         while b'"bayou ready"' not in log_path.read_bytes():

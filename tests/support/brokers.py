@@ -70,31 +70,37 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path, *extra_args: str, port: int | None = None,
                  fsync: str = "always", cursus_port: int | None = None,
-                 iggy_port: int | None = None, tank_port: int | None = None) -> None:
+                 iggy_port: int | None = None, tank_port: int | None = None,
+                 http_port: int | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.cursus_port = cursus_port or free_port()
         self.iggy_port = iggy_port or free_port()
         self.tank_port = tank_port or free_port()
+        self.http_port = http_port or free_port()  # never the default 9080: brokers run side by side
         self.extra = list(extra_args)
         self.fsync = fsync
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
 
-    def start(self, timeout: float = 20.0) -> BrokerProcess:
+    def start(self, timeout: float = 20.0, *, wait: bool = True) -> BrokerProcess:
+        """Start the subprocess and wait until every listener that is on accepts connections
+        (``wait=False``: return at once, e.g. to watch the HTTP port during crash recovery)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         logf = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bayou", "serve", "--data-dir", str(self.data_dir),
              "--rtes", f"127.0.0.1:{self.port}", "--cursus", f"127.0.0.1:{self.cursus_port}",
              "--iggy", f"127.0.0.1:{self.iggy_port}", "--tank", f"127.0.0.1:{self.tank_port}",
-             "--fsync", self.fsync, *self.extra],
+             "--http", f"127.0.0.1:{self.http_port}", "--fsync", self.fsync, *self.extra],
             stdout=logf, stderr=subprocess.STDOUT, env=env)
         logf.close()
+        if not wait:
+            return self
         deadline = time.monotonic() + timeout
         # the listeners open one after another: wait for every one that is on, not just V1's
         ports = [self.port] + [port for name, port in (("cursus", self.cursus_port), ("iggy", self.iggy_port),
-                                                       ("tank", self.tank_port))
+                                                       ("tank", self.tank_port), ("http", self.http_port))
                                if not self._off(name)]
         while ports and time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -43,6 +43,7 @@ from bayou.errors import (
     UnknownPartition,
     UnknownTopic,
 )
+from bayou.stats import Recovery
 from bayou.storage import (
     FileSpan,
     LogConfig,
@@ -193,6 +194,7 @@ class Broker:
         self.started = False
         self._scrubber: Scrubber | None = None
         self._scrub_pool: ThreadPoolExecutor | None = None
+        self.recovery = Recovery()  # the start-up load's progress (/metrics, /ready)
         # Cluster mode (broker/cluster/node.py sets it): topics are created and deleted through
         # ZooKeeper, and partitions follow the leaders the cluster elects.
         self.cluster: ClusterNode | None = None
@@ -241,20 +243,44 @@ class Broker:
         await asyncio.get_running_loop().run_in_executor(self._scrub_pool, self._scrubber.run_pass)
 
     def _open_storage(self) -> None:
+        """Open every partition's log; after an unclean stop each active segment's tail is
+        validated (CRCs from the last indexed point) and cut at the first bad byte. Progress is
+        in ``self.recovery`` (/metrics, /ready); the summary is logged."""
+        started = time.monotonic()
+        rec = self.recovery
         clean = self.store.open()
+        rec.validated = not clean
         if not clean:
             log.info("no clean-shutdown marker in %s: validating active segments", self.config.data_dir)
-        for name, meta in self.store.load_topics().items():
+        metas = self.store.load_topics()
+        rec.partitions_total = sum(meta.partitions for meta in metas.values())
+        for name, meta in metas.items():
             cfg = apply_overrides(self.config.log, _split_topic_config(meta.config)[1])
             topic = Topic(meta, cfg)
             self.store.prune_partitions(meta)
             for p in range(meta.partitions):
                 plog = self.store.open_log(name, p, cfg)
+                if rec.validated:
+                    rec.validated_bytes += plog.active.size
                 if plog.truncated_bytes:
                     log.warning("recovered %s/%d: cut %d bytes of torn or corrupt tail",
-                                name, p, plog.truncated_bytes)
+                                name, p, plog.truncated_bytes,
+                                extra={"topic": name, "partition": p, "cut_bytes": plog.truncated_bytes})
+                    rec.truncated_bytes += plog.truncated_bytes
+                    rec.truncated_partitions += 1
                 topic.partitions.append(Partition(name, p, plog, self.config))
+                rec.partitions_done += 1
             self.topics[name] = topic
+        rec.seconds = time.monotonic() - started
+        rec.done = True
+        log.info("%s %d partitions of %d topics in %.3f s%s", "validated" if rec.validated else "opened",
+                 rec.partitions_done, len(self.topics), rec.seconds,
+                 f": cut {rec.truncated_bytes} bytes from {rec.truncated_partitions} partitions"
+                 if rec.truncated_bytes else " (nothing cut)" if rec.validated else " (clean shutdown)",
+                 extra={"partitions": rec.partitions_done, "topics": len(self.topics),
+                        "validated_bytes": rec.validated_bytes,
+                        "seconds": round(rec.seconds, 3), "cut_bytes": rec.truncated_bytes,
+                        "cut_partitions": rec.truncated_partitions})
 
     def _load_group_state(self) -> None:
         for file, loader in ((self._groups_file, self.groups.load_groups),
@@ -764,6 +790,8 @@ class Broker:
     async def _acknowledge(self, part: Partition, info: AppendInfo, acks: Acks) -> ProduceResult:
         """After an append: move a cluster leader's high watermark, wait for what ``acks`` and
         the fsync policy promise, wake long-polls, report."""
+        part.bytes_in += info.size
+        part.records_in += info.record_count
         if part.cluster is not None:
             part.cluster.advance_hw(part.log.next_offset)
         end = info.last_offset + 1
@@ -907,6 +935,9 @@ class Broker:
                     r = await loop.run_in_executor(self._io, self._read, part, offset, max_bytes, hw,
                                                    max_records)
                     if r is not None and (len(r.data) >= min_bytes or time.monotonic() >= deadline):
+                        if not upto_log_end:  # a follower's copy is not client traffic
+                            part.bytes_out += len(r.data)
+                            part.records_out += r.record_count
                         return r
                 left = deadline - time.monotonic()
                 if left <= 0 or self.closing:

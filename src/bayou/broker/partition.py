@@ -41,6 +41,11 @@ class Partition:
         self.epochs: LeaderEpochCache | None = None
         self.in_cluster = False  # cluster mode: until ``cluster`` is known, lead nothing, show nothing
         self.replica_lock = threading.Lock()  # state switches vs. a fetcher's appends in a worker thread
+        # Client traffic, summed per topic by /metrics at scrape time (replica copies not counted).
+        self.bytes_in = 0
+        self.records_in = 0
+        self.bytes_out = 0
+        self.records_out = 0
 
     @property
     def leader_last(self) -> int:

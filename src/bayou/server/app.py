@@ -19,12 +19,14 @@ from bayou.errors import InvalidConfig
 from bayou.server.base import Admission, Connection, ConnectionLimits, Listener
 from bayou.server.cursus import Advertised, CursusService, cursus_handler
 from bayou.server.iggy import IggyService, iggy_handler
+from bayou.server.metering import RequestMeter
 from bayou.server.rtes import RtesService, rtes_handler
 from bayou.server.tank import TankService, tank_handler
 from bayou.server.tls import TlsOptions
 
 if TYPE_CHECKING:
     from bayou.broker.cluster.node import ClusterNode
+    from bayou.server.http import HttpFrontEnd
 
 log = logging.getLogger("bayou.server")
 
@@ -38,6 +40,7 @@ def _cursus(server: BayouServer, name: str) -> Handler:
     port = listener_addr[1]
     advertised = Advertised(server.config.advertised_host, port)
     service = CursusService(server.broker, advertised)
+    server.meters[name] = service.meter
 
     async def serve(conn: Connection, listener: Listener) -> None:
         if service.advertised.port != listener.port:  # bound to an ephemeral port
@@ -63,6 +66,7 @@ def _iggy(server: BayouServer, name: str) -> Handler:
                           host=_advertised_ip(server.config.advertised_host),
                           root_username=opts.root_username, root_password=opts.root_password,
                           seed_dialect=opts.seed_dialect)
+    server.meters[name] = service.meter
     handler = iggy_handler(service)
     service.serve_authorizer()  # Iggy's users and streams: bayou's principals and scopes (broker/authz.py)
 
@@ -73,13 +77,38 @@ def _iggy(server: BayouServer, name: str) -> Handler:
     return serve
 
 
-# Every implemented protocol: name -> (default port, handler factory).
+def _rtes(server: BayouServer, name: str) -> Handler:
+    service = RtesService(server.broker)
+    server.meters[name] = service.meter
+    return rtes_handler(service)
+
+
+def _tank(server: BayouServer, name: str) -> Handler:
+    service = TankService(server.broker)
+    server.meters[name] = service.meter
+    return tank_handler(service)
+
+
+def _http(server: BayouServer, name: str) -> Handler:
+    """Probes and /metrics (server/http/): started before crash recovery, so /health answers and
+    /ready says what the broker waits for."""
+    from bayou.server.http import ROUTE_MODULES, HttpFrontEnd
+
+    server.http = front = HttpFrontEnd(server, ROUTE_MODULES)
+    server.meters[name] = front.meter
+    return front.serve
+
+
+# Every implemented protocol: name -> (default port, handler factory). "http" is the broker's own
+# HTTP port (probes, Prometheus metrics), Cursus' health port by default.
 PROTOCOLS: dict[str, tuple[int, HandlerFactory]] = {
-    "rtes": (9092, lambda server, _name: rtes_handler(RtesService(server.broker))),
+    "rtes": (9092, _rtes),
     "cursus": (9000, _cursus),
     "iggy": (8090, _iggy),
-    "tank": (11011, lambda server, _name: tank_handler(TankService(server.broker))),
+    "tank": (11011, _tank),
+    "http": (9080, _http),
 }
+HTTP = "http"
 
 
 # Listeners bind loopback unless an address is given: exposing a broker is a decision (and V1,
@@ -192,11 +221,30 @@ class BayouServer:
         self._stopping: asyncio.Event | None = None
         self.admission: Admission | None = None
         self.cluster: ClusterNode | None = None
+        self.meters: dict[str, RequestMeter] = {}  # protocol -> its requests (/metrics)
+        self.http: HttpFrontEnd | None = None
+        self.serving = False  # every listener up (and the cluster joined): /ready
+        self.shutting_down = False
+
+    async def _listen(self, name: str, addr: tuple[str, int], limits: ConnectionLimits,
+                      admission: Admission) -> None:
+        _port, factory = PROTOCOLS[name]
+        listener = Listener(name, addr[0], addr[1], factory(self, name), limits, admission,
+                            tls=self.config.tls_context(name))
+        await listener.start()
+        self.listeners[name] = listener
 
     async def start(self) -> None:
-        await self.broker.start()
         limits = self.config.connection_limits()
         self.admission = admission = Admission(limits)
+        http = self.config.listeners.get(HTTP)
+        if http is not None:  # first: the probes answer while the logs are recovered
+            await self._listen(HTTP, http, limits, admission)
+        try:
+            await self.broker.start()
+        except BaseException:
+            await self.stop()
+            raise
         if self.config.cluster is not None:
             # cluster mode from the first request on: lead nothing until ZooKeeper says so
             from bayou.broker.cluster.node import ClusterNode
@@ -208,13 +256,8 @@ class BayouServer:
                                        tls=self.config.replication_client_context())
         try:
             for name, addr in self.config.listeners.items():
-                if addr is None:
-                    continue
-                _port, factory = PROTOCOLS[name]
-                listener = Listener(name, addr[0], addr[1], factory(self, name), limits, admission,
-                                    tls=self.config.tls_context(name))
-                await listener.start()
-                self.listeners[name] = listener
+                if addr is not None and name not in self.listeners:
+                    await self._listen(name, addr, limits, admission)
             if self.cluster is not None and self.config.cluster is not None:
                 await self._join_cluster(self.cluster, self.config.cluster, limits, admission)
         except BaseException:
@@ -223,6 +266,7 @@ class BayouServer:
         self._warn_exposed()
         log.info("anonymous access: %s", self.config.security.anonymous,
                  extra={"anonymous": self.config.security.anonymous})
+        self.serving = True
         log.info("bayou ready", extra={
             "data_dir": str(self.config.broker.data_dir),
             "listeners": {n: f"{li.host}:{li.port}" for n, li in self.listeners.items()},
@@ -257,6 +301,11 @@ class BayouServer:
             if name == "replication" and ((self.config.cluster is not None and self.config.cluster.secret)
                                           or li.tls is not None):
                 continue  # brokers prove they know the cluster's secret, or hold a certificate of its CA
+            if name == HTTP:
+                log.warning("HTTP listener reachable from other hosts without authentication: anyone who "
+                            "reaches it can read /metrics (topic and group names, offsets)",
+                            extra={"protocol": name, "host": li.host, "port": li.port})
+                continue
             log.warning("listener reachable from other hosts without authentication: anyone who reaches "
                         "it can produce, consume, change and delete topics (bind 127.0.0.1, or keep the "
                         "port behind a firewall)", extra={"protocol": name, "host": li.host, "port": li.port})
@@ -265,6 +314,8 @@ class BayouServer:
         """Stop accepting, let in-flight requests finish, then fsync and mark the data clean. In
         cluster mode the leadership of this broker's partitions is handed to in-sync followers
         first, while it still serves (controlled shutdown), so no partition is left leaderless."""
+        self.serving = False
+        self.shutting_down = True  # /ready answers 503 from now on
         if self.cluster is not None:
             try:
                 await self.cluster.controlled_shutdown(self.config.shutdown_grace_s)
@@ -277,6 +328,8 @@ class BayouServer:
             if listener.server is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(listener.server.wait_closed(), 2)
+        if self.http is not None:
+            await self.http.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         await self.broker.stop()

@@ -54,6 +54,7 @@ from bayou.records.cursus import (
 from bayou.records.hashing import fnv1a_32
 from bayou.server.base import Connection, Listener
 from bayou.server.cursus_events import EventStore, SnapshotAhead, VersionConflict
+from bayou.server.metering import UNKNOWN, RequestMeter
 from bayou.server.workers import decode_stored, inflate_pool, run_in
 from bayou.storage import validate_topic_name
 
@@ -108,6 +109,7 @@ class CursusService:
         self.broker = broker
         self.advertised = advertised
         self.streams: dict[str, asyncio.Task[object]] = {}
+        self.meter = RequestMeter("cursus")
         self.table: dict[str, Callable[[Command, ConnState, Connection | None], Awaitable[Body]]] = {
             "CREATE": self.create,
             "DELETE": self.delete,
@@ -145,9 +147,23 @@ class CursusService:
 
     async def handle(self, body: bytes, state: ConnState, conn: Connection | None = None) -> Body:
         """One frame body -> the reply body or bodies (None: no reply). Raises CursusError to close."""
-        if body.startswith(COMPRESSED_MAGICS):  # inflating is CPU work: off the loop (gzip bombs)
-            body = await run_in(inflate_pool(), maybe_decompress, body)
-        item = classify(body)
+        started = time.perf_counter()
+        command, failed = UNKNOWN, True
+        try:
+            if body.startswith(COMPRESSED_MAGICS):  # inflating is CPU work: off the loop (gzip bombs)
+                body = await run_in(inflate_pool(), maybe_decompress, body)
+            item = classify(body)
+            command = "BATCH" if isinstance(item, cb.BatchHead) else item.name if item.name in self.table \
+                else UNKNOWN
+            reply = await self._dispatch(body, item, state, conn)
+            first = (reply[0] if reply else None) if isinstance(reply, list) else reply
+            failed = first is not None and first.startswith(b"ERROR")
+            return reply
+        finally:
+            self.meter.record(command, started, failed, timed=not state.streaming)
+
+    async def _dispatch(self, body: bytes, item: cb.BatchHead | Command, state: ConnState,
+                        conn: Connection | None) -> Body:
         try:
             if isinstance(item, cb.BatchHead):
                 return await self.produce_batch(body, item)

@@ -128,6 +128,7 @@ from bayou.server.iggy_users import (
     permissions_of,
 )
 from bayou.server.login_guard import LoginGuard, client_ip
+from bayou.server.metering import UNKNOWN, RequestMeter
 from bayou.server.workers import decode_stored, hash_pool, inflate_pool, run_in
 from bayou.storage import validate_topic_name
 
@@ -215,6 +216,7 @@ class IggyService:
         self.port = port
         self.host = host
         self.seed_dialect = seed_dialect
+        self.meter = RequestMeter("iggy")
         data = broker.config.data_dir / "iggy"
         self.catalog = Catalog(data / "catalog.json")
         self.users = UserStore(data / "users.json", root_username, root_password)
@@ -1687,6 +1689,20 @@ def iggy_handler(service: IggyService) -> Callable[[Connection, Listener], Await
     return serve
 
 
+def _metered(frame: LegacyFrame | VsrFrame, reply: bytes) -> tuple[str, bool]:
+    """The command's name and whether the reply is an error: the status is a reply's first u32 in
+    the legacy framing, at offset 216 of a VSR reply header."""
+    if isinstance(frame, VsrFrame):
+        code, status = frame.command, reply[216:220]
+    else:
+        code, status = frame.code, reply[:4]
+    try:
+        name = Command(code).name if code is not None else UNKNOWN
+    except ValueError:
+        name = UNKNOWN
+    return name, status != b"\0\0\0\0"
+
+
 async def _serve(service: IggyService, s: Session, conn: Connection, listener: Listener) -> None:
     first = b""
     framing: Dialect | None = None
@@ -1723,6 +1739,7 @@ async def _serve(service: IggyService, s: Session, conn: Connection, listener: L
             return
         for frame in frames:
             conn.busy += 1
+            started = time.perf_counter()
             try:
                 if isinstance(frame, VsrFrame):
                     reply = await service.handle_vsr(s, frame)
@@ -1730,6 +1747,8 @@ async def _serve(service: IggyService, s: Session, conn: Connection, listener: L
                     reply = await service.handle_legacy(s, frame)
             finally:
                 conn.busy -= 1
+            command, failed = _metered(frame, reply)
+            service.meter.record(command, started, failed)
             conn.writer.write(reply)
             await conn.writer.drain()
             if s.close_after_reply:

@@ -46,6 +46,7 @@ from bayou.protocols.rtes.codec import (
 )
 from bayou.records.batch import Record, encode_batch, iter_batches
 from bayou.server.base import Connection, Listener
+from bayou.server.metering import UNKNOWN, RequestMeter
 from bayou.server.workers import decode_stored
 from bayou.storage import validate_topic_name
 
@@ -98,6 +99,7 @@ class RtesService:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.meter = RequestMeter("rtes")
         self.table: dict[type[Any], Callable[[Any], Awaitable[bytes | str | None]]] = {
             m.Produce: self.produce,
             m.Consume: self.consume,
@@ -125,10 +127,15 @@ class RtesService:
         }
 
     async def handle_line(self, line: bytes) -> bytes:
+        started = time.perf_counter()
         decoded = self.decode(line)
         if isinstance(decoded, bytes):
+            self.meter.record(UNKNOWN, started, True)
             return decoded
-        return await self.execute(*decoded)
+        reply = await self.execute(*decoded)
+        failed = reply.startswith(b"ERR|", reply.find(b"|", 3) + 1)  # V1|<cid>|ERR|... (or |OK)
+        self.meter.record(type(decoded[1]).__name__, started, failed)
+        return reply
 
     @staticmethod
     def decode(line: bytes) -> tuple[str, m.Request] | bytes:

@@ -47,6 +47,7 @@ from bayou.protocols.tank.codes import (
 from bayou.protocols.tank.framing import MAX_PAYLOAD, PING_FRAME, FrameReader, frame_header
 from bayou.server import zerocopy
 from bayou.server.base import Connection, Listener
+from bayou.server.metering import UNKNOWN, RequestMeter
 from bayou.server.tank_config import TankConfigError, parse_config, to_bayou, valid_topic_name
 from bayou.server.tank_store import (
     MAX_FETCH,
@@ -133,6 +134,7 @@ class TankService:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.started = time.time()
+        self.meter = RequestMeter("tank")
         self.handlers: dict[type[Any], Callable[[TankConnection, Any], Awaitable[None]]] = {
             m.Produce: self._produce, m.Consume: self._consume, m.ConsumePeer: self._consume,
             m.Ping: self._ping,
@@ -143,9 +145,22 @@ class TankService:
 
     async def handle(self, c: TankConnection, req: Any) -> None:
         handler = self.handlers.get(type(req))
-        if handler is None:
-            raise TankError(f"{type(req).__name__} is not a request", close=True)
-        await handler(c, req)
+        started = time.perf_counter()
+        failed = True
+        try:
+            if handler is None:
+                raise TankError(f"{type(req).__name__} is not a request", close=True)
+            await handler(c, req)
+            failed = False
+        finally:  # TANK's errors travel per partition inside the replies: only a failure counts
+            self.meter.record(type(req).__name__ if handler is not None else UNKNOWN, started, failed)
+
+    def _count_out(self, topic: str, partition: int, seq: int, chunk: Chunk) -> None:
+        """Client bytes and records out for /metrics (a chunk ends before ``next_seq``)."""
+        with contextlib.suppress(BayouError):
+            part = self.broker.partition(topic, partition)
+            part.bytes_out += chunk.length
+            part.records_out += max(0, chunk.next_seq - seq)
 
     def _may(self, action: Action, topic: str) -> bool:
         """Whether the connection's principal may (the broker checks again in each call)."""
@@ -220,6 +235,7 @@ class TankService:
             chunk = await read_chunk(self.broker, topic, p.partition, seq, p.fetch_size)
         except StorageError as exc:
             return m.ConsumePartitionResult(p.partition, consume_flag_for(exc)), None, False
+        self._count_out(topic, p.partition, seq, chunk)
         flags = ConsumeFlag.SPARSE if chunk.sparse_first else ConsumeFlag.OK
         return m.ConsumePartitionResult(p.partition, flags, chunk.base_seq, last), chunk, False
 
@@ -314,6 +330,7 @@ class TankService:
                 else:
                     flags = ConsumeFlag.SPARSE if ch.sparse_first else ConsumeFlag.OK
                     rows.append((m.ConsumePartitionResult(r.partition, flags, ch.base_seq, hw), ch, False))
+                    self._count_out(t.name, r.partition, starts[key] + 1, ch)
             out.append((t, rows))
         with contextlib.suppress(ConnectionError):
             await self._send_consume(c, req, out)

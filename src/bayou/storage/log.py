@@ -30,6 +30,7 @@ from bayou.records.batch import (
     set_base_offset,
     set_leader_epoch,
 )
+from bayou.stats import STORAGE
 from bayou.storage.config import LogConfig
 from bayou.storage.fsutil import fsync_dir
 from bayou.storage.handles import HandleCache, default_cache
@@ -343,6 +344,7 @@ class PartitionLog:
                 self._sync_cond.wait()
         target = self._durable_offset
         synced = False
+        started = time.perf_counter()
         try:
             with self._lock:
                 target = self.next_offset
@@ -356,11 +358,15 @@ class PartitionLog:
                     continue
             synced = True
         except OSError as exc:
+            STORAGE.fsync_failures += 1
             raise StorageError(f"fsync failed: {exc}") from exc
         finally:
             with self._sync_cond:
                 self._syncing = False
                 if synced:  # a failed fsync makes nothing durable; waiters retry and see the error
+                    if dirty and target > self._durable_offset:  # one group commit: for /metrics
+                        STORAGE.fsync_seconds.observe(time.perf_counter() - started)
+                        STORAGE.group_commit_records.observe(target - self._durable_offset)
                     self._durable_offset = max(self._durable_offset, target)
                 self._sync_cond.notify_all()
 
