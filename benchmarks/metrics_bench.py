@@ -126,6 +126,13 @@ async def main() -> None:
             took = statistics.median(scrape_times) * 1000
             print(f"  {len(scrape_times)} scrapes of {size:,} B, median {took:.1f} ms each "
                   "(wall clock, behind the produce load)")
+            cpu0 = cpu_seconds(proc.pid)
+            for _ in range(20):  # the broker idle: what one scrape costs it
+                with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=10) as resp:
+                    resp.read()
+            per = (cpu_seconds(proc.pid) - cpu0) / 20
+            print(f"  one scrape, broker idle: {per * 1000:.1f} ms of broker CPU "
+                  f"({per * 100 / args.interval:.2f} % of a core at one scrape every {args.interval:g} s)")
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)

@@ -128,7 +128,7 @@ async def test_per_address_limit(small: BrokerProcess) -> None:
 
 
 async def test_a_flood_on_one_protocol_leaves_room_for_the_others(small: BrokerProcess) -> None:
-    """60 slots, 8 kept for each of the 3 other listeners: a V1 flood gets 36 and no more."""
+    """60 slots, 8 kept for each of the 4 other listeners (HTTP too): a V1 flood gets 28 and no more."""
     broker = small
     async with _flood(broker.port, 45, sources=6):
         for _ in range(3):  # the V1 listener itself is full
