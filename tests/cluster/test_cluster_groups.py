@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 from test_redirects import cursus_cmd, cursus_produce
 
-from conftest import Cluster, v1
 from support.brokers import BrokerProcess, free_port
-from support.cluster import CLUSTER_CONFIG, running_cluster
+from support.cluster import CLUSTER_CONFIG, Cluster, running_cluster, v1
 from support.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ ISR sizes, the controller, the ZooKeeper session, then a broker killed: under-re
 
 from __future__ import annotations
 
-from conftest import Cluster, v1
+from support.cluster import Cluster, v1
 from support.http import Samples, get_json, scrape, total, value
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Cluster, v1
+from support.cluster import Cluster, v1
 
 pytestmark = pytest.mark.slow
 _U32 = struct.Struct(">I")

@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from conftest import Cluster, v1
-from support.cluster import OK, Producer, consume_all
+from support.cluster import OK, Cluster, Producer, consume_all, v1
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from bayou.protocols.tank import messages as tm
 from bayou.protocols.tank.bundles import TankMessage, encode_bundle
 from bayou.records.cursus import CursusMessage, encode_message
 from bayou.records.hashing import fnv1a_32
-from conftest import Cluster, v1
+from support.cluster import Cluster, v1
 from support.tank import TankConn
 
 pytestmark = pytest.mark.slow
