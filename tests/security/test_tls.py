@@ -6,6 +6,7 @@ connection) and raw sockets wrapped in ssl for Cursus and TANK."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
 import socket
 import ssl
@@ -294,3 +295,20 @@ def test_tls_table_in_the_config_file(tmp_path: Path, certs: Certs) -> None:
     assert ctx is not None and ctx.verify_mode == ssl.CERT_REQUIRED
     flags = load_config(cfg, tls={"client_auth": "optional", "plain": ()})  # flags override the file
     assert flags.tls is not None and flags.tls.client_auth == "optional"
+
+
+def test_the_http_port_serves_https_with_the_same_certificate(broker: BrokerProcess, certs: Certs) -> None:
+    conn = http.client.HTTPSConnection("localhost", broker.http_port, timeout=10, context=certs.client())
+    try:
+        conn.request("GET", "/health")
+        resp = conn.getresponse()
+        assert resp.status == 200
+        resp.read()
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        assert resp.status == 200 and b"bayou_" in resp.read()
+    finally:
+        conn.close()
+    with socket.create_connection(("127.0.0.1", broker.http_port), timeout=10) as s:  # plain HTTP
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert closed_without_reply(s)
