@@ -23,7 +23,14 @@ import pytest
 from bayou.protocols.tank import messages as tm
 from bayou.protocols.tank.bundles import TankMessage, encode_bundle
 from bayou.records.hashing import fnv1a_32
-from support.cluster import Cluster, Producer, consume_all, running_cluster, v1
+from support.cluster import (
+    Cluster,
+    Producer,
+    consume_all,
+    running_cluster,
+    v1,
+    zookeeper_fixture,  # noqa: F401 - the zookeeper fixture
+)
 from support.tank import TankConn
 from support.zookeeper import ZooKeeperServer
 

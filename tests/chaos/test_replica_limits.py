@@ -17,7 +17,12 @@ from pathlib import Path
 import pytest
 
 from bayou.protocols.replica.codec import Fetch, FetchReply, decode, encode
-from support.cluster import CLUSTER_CONFIG, Cluster, running_cluster
+from support.cluster import (
+    CLUSTER_CONFIG,
+    Cluster,
+    running_cluster,
+    zookeeper_fixture,  # noqa: F401 - the zookeeper fixture
+)
 from support.sockets import closed_within, connect, slowloris
 from support.zookeeper import ZooKeeperServer
 

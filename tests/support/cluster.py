@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -184,6 +185,15 @@ def running_zookeeper(root: Path) -> Iterator[ZooKeeperServer]:
         yield zk
     finally:
         zk.stop()
+
+
+@pytest.fixture(scope="module", name="zookeeper")
+def zookeeper_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One ZooKeeper per test module, for modules outside tests/cluster (whose conftest has its
+    own): ``from support.cluster import zookeeper_fixture`` makes ``zookeeper`` available. (A
+    second conftest.py would clash with tests/cluster's, which its modules import by name.)"""
+    with running_zookeeper(tmp_path_factory.mktemp("zookeeper")) as zk:
+        yield zk
 
 
 @contextlib.contextmanager
