@@ -278,3 +278,24 @@ async def test_the_sdk_and_the_cli_report_the_denial(brokers: Brokers) -> None:
                          f"127.0.0.1:{b.port}"], capture_output=True, text=True, timeout=60)
     assert cli.returncode != 0 and "UNAUTHORIZED" in cli.stderr and "Traceback" not in cli.stderr, cli
     assert await _stored(b) == STORED
+
+
+# -- consumer groups are their topics' ------------------------------------------------------------
+
+
+async def test_groups_of_a_denied_topic_are_neither_listed_nor_described(brokers: Brokers) -> None:
+    b = brokers.none
+    root = await legacy_login(b.iggy_port)
+    await root.call(im.CreateConsumerGroup(im.Identifier(SEC), im.Identifier(PRIV), "auditors"))
+    await root.close()
+    group = f"iggy.{SEC}.{PRIV}.auditors"  # the broker's name of that Iggy group
+    c = await FrameConn.open(b.cursus_port)
+    assert (await c.ask(envelope("LIST_GROUPS"))).decode() == "OK count=0 groups="
+    reply = (await c.ask(envelope(f"GROUP_STATUS group={group}"))).decode()
+    assert reply.startswith("ERROR: unauthorized reason="), reply
+    await c.close()
+    root = await legacy_login(b.iggy_port)  # root still sees and describes it
+    got = await root.call(im.GetConsumerGroup(im.Identifier(SEC), im.Identifier(PRIV),
+                                              im.Identifier("auditors")))
+    assert got.group.name == "auditors"
+    await root.close()

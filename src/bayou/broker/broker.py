@@ -1271,12 +1271,33 @@ class Broker:
     async def save_offsets(self) -> None:
         await self._offsets_file.save()
 
+    def _group_topics(self, group: str) -> set[str]:
+        """The topics a group is about: the one it lives in, and every topic it has offsets for."""
+        g = self.groups.groups.get(group)
+        topics = {k[1] for k in self.groups.offsets if k[0] == group}
+        if g is not None:
+            topics.add(g.topic)
+        return topics
+
+    def _authorize_group(self, group: str) -> None:
+        """A group's state is its consumers': whoever may poll every topic it is about may see and
+        change it (Kafka asks Describe/Delete on the group; Iggy's groups live in their topic)."""
+        for topic in sorted(self._group_topics(group)):
+            self.authorizer.check_topic("poll", topic)
+
+    def list_groups(self) -> list[str]:
+        """The groups the caller may see: those whose every topic it may describe."""
+        return [name for name in self.groups.list_groups()
+                if len(self.visible_topics_of(self._group_topics(name))) == len(self._group_topics(name))]
+
     async def reset_group_members(self, group: str) -> None:
+        self._authorize_group(group)
         if self.groups.reset_members(group):
             await self._groups_file.save()
 
     async def delete_group(self, group: str) -> None:
         """Remove a group and its committed offsets (a missing group is not an error)."""
+        self._authorize_group(group)
         if self.cluster is not None:
             for key in [k for k in self.groups.offsets if k[0] == group]:
                 self._offset_written(key)
@@ -1315,6 +1336,7 @@ class Broker:
         return await self.cluster.committed_offset(group, topic, partition)
 
     def describe_group(self, group: str) -> GroupDescription:
+        self._authorize_group(group)
         return self.groups.describe(group)
 
     def _generation(self, group: str) -> int:

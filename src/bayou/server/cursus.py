@@ -781,7 +781,7 @@ class CursusService:
         return json.dumps(body, indent=2).encode()
 
     async def list_groups(self, cmd: Command, state: ConnState, conn: Connection | None) -> bytes:
-        names = self.broker.groups.list_groups()
+        names = self.broker.list_groups()
         return replies.ok(("count", len(names)), ("groups", ",".join(names)))
 
     # -- event sourcing ------------------------------------------------------------------------
