@@ -67,6 +67,7 @@ def _iggy(server: BayouServer, name: str) -> Handler:
                           root_username=opts.root_username, root_password=opts.root_password,
                           seed_dialect=opts.seed_dialect)
     server.meters[name] = service.meter
+    server.iggy = service  # its users are the HTTP port's too (server/http/auth.py)
     handler = iggy_handler(service)
     service.serve_authorizer()  # Iggy's users and streams: bayou's principals and scopes (broker/authz.py)
 
@@ -223,6 +224,7 @@ class BayouServer:
         self.cluster: ClusterNode | None = None
         self.meters: dict[str, RequestMeter] = {}  # protocol -> its requests (/metrics)
         self.http: HttpFrontEnd | None = None
+        self.iggy: IggyService | None = None
         self.serving = False  # every listener up (and the cluster joined): /ready
         self.shutting_down = False
 

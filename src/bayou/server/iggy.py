@@ -853,6 +853,31 @@ class IggyService:
         self.login_guard.succeeded(ip)
         return user
 
+    async def credentials_principal(self, address: str, username: str | None, secret: str) -> Principal:
+        """The principal of credentials presented outside an Iggy connection (the HTTP port's
+        Basic ``username``/password, or a Bearer personal access token when ``username`` is None):
+        the same users, hash pool and guard as an Iggy login (the wait doubles with the address's
+        recent failures; every failure logged at WARNING with the address and user name, never the
+        secret). Raises AuthFailure."""
+        ip = client_ip(address)
+        wait = self.login_guard.delay(ip, 0)
+        if wait:
+            await asyncio.sleep(wait)
+        try:
+            if username is None:
+                user = await self._authenticate(self.users.authenticate_token, secret)
+                principal = Principal.login(user.id, user.username, hash_token(secret))
+            else:
+                user = await self._authenticate(self.users.authenticate, username, secret)
+                principal = Principal.login(user.id, user.username)
+        except AuthFailure:
+            recent = self.login_guard.failed(ip)
+            log.warning("http login failed", extra={
+                "peer": address, "user": username or "(personal access token)", "address_failures": recent})
+            raise
+        self.login_guard.succeeded(ip)
+        return principal
+
     async def _login_user(self, s: Session, req: m.LoginUser) -> m.LoginReply:
         if s.dialect is None:
             s.dialect = Dialect.LEGACY

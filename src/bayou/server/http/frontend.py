@@ -28,6 +28,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from bayou.server.base import Connection, Listener
+from bayou.server.http.auth import authorize
 from bayou.server.metering import UNKNOWN, RequestMeter
 
 if TYPE_CHECKING:
@@ -178,8 +179,8 @@ class HttpFrontEnd:
                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                           ) -> web.StreamResponse:
         """Each request: the connection is busy (the listener's drain waits for it, the first
-        one ends the idle deadline), and it is counted under its route, never under the path a
-        client made up."""
+        one ends the idle deadline), its principal may reach the route (auth.py), and it is
+        counted under its route, never under the path a client made up."""
         tap = self._taps.get(request.protocol)
         conn = tap.conn if tap is not None else None
         if conn is not None:
@@ -189,6 +190,9 @@ class HttpFrontEnd:
         name = route.canonical if route is not None else UNKNOWN
         status = 500
         try:
+            await authorize(self.server, request, None if route is None else name,
+                            conn.peer if conn is not None else str(request.remote),
+                            conn.peer_cn if conn is not None else None)
             response = await handler(request)
             status = response.status
             return response
