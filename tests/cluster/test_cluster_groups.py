@@ -369,9 +369,14 @@ def test_iggy_sends_reach_every_partition_through_one_broker(cluster: Cluster) -
         for p in range(3):  # a resend of the same ids, through a broker that may not lead p
             client.send("spread-idem", p, [b"r%d" % s for s in range(1, 6)], message_ids=ids)
             client.send("spread-idem", p, [b"r%d" % s for s in range(1, 6)], message_ids=ids)
+        big = [(8 << 64) | s for s in range(1, 6)]  # 100 KB a send: decoded off the leader's loop
+        for p in range(3):
+            for _ in range(2):
+                values = [bytes([64 + s]) * 20_000 for s in range(1, 6)]
+                client.send("spread-idem", p, values, message_ids=big)
         # (broker 1 answers from its replicas, whose high watermarks follow their next fetch)
         cluster.wait(lambda: [(client.latest_offset("spread", p), client.latest_offset("spread-idem", p))
-                              for p in range(3)] == [(10, 15)] * 3, 10, "every send stored once")
+                              for p in range(3)] == [(10, 20)] * 3, 10, "every send stored once")
     for i, b in cluster.brokers.items():
         cluster.wait(lambda b=b: all(v1(b.port, f"V1|1|CONSUME|spread {p} 0").count(":") == 10
                                      for p in range(3)), 10, f"every record on broker {i}")

@@ -92,7 +92,7 @@ from bayou.protocols.replica.codec import (
     decode,
     encode,
 )
-from bayou.records.batch import decode_records, encode_batch, iter_batches
+from bayou.records.batch import Record, decode_records, encode_batch, iter_batches
 from bayou.records.hashing import fnv1a_32
 from bayou.storage.epochs import LeaderEpochCache
 from bayou.storage.fsutil import atomic_write
@@ -108,6 +108,7 @@ CONSUMER = -1  # the replica id of a FETCH that reads for a consumer (Kafka's co
 MAX_IDLE_FORWARDERS = 4  # idle connections kept per leader for forwarded produces
 FULL_READ_EVERY = 20  # passes (of tick_s) between full reads of ZooKeeper without a watch firing
 FETCH_MAX_WAIT_MS = 500
+INLINE_DECODE_BYTES = 64 * 1024  # a forwarded batch up to this size, not compressed, is decoded on the loop
 
 
 class ClusterNode:
@@ -868,7 +869,13 @@ class ClusterNode:
         acks = Acks(req.acks)
         try:
             if req.flags & DEDUPLICATE:
-                records = [r for pos, _h in iter_batches(req.batch) for r in decode_records(req.batch, pos)]
+                def decode_all() -> list[Record]:
+                    return [r for pos, _h in iter_batches(req.batch) for r in decode_records(req.batch, pos)]
+
+                # a large or compressed batch is decoded off the event loop (the default pool)
+                records = (decode_all() if len(req.batch) <= INLINE_DECODE_BYTES
+                           and not any(h.compression for _pos, h in iter_batches(req.batch))
+                           else await asyncio.to_thread(decode_all))
 
                 def build(keep: list[bool]) -> bytes:
                     if all(keep):
