@@ -204,6 +204,7 @@ async def test_read_only_anonymous_reads_on_every_protocol_but_changes_nothing(b
     _v1_denied(await line.ask("V1|3|ADMIN_DELETE_TOPIC|sec.priv"), 3)
     _v1_denied(await line.ask("V1|4|ADMIN_CREATE_TOPIC|sneaky 1 1"), 4)
     assert "sec.priv" in await line.ask("V1|5|ADMIN_GET_METADATA|")
+    _v1_denied(await line.ask("V1|6|BROKER_FETCH|sec.priv 0 9 0"), 6)  # past the high watermark
     await line.close()
 
     c = await FrameConn.open(b.cursus_port)

@@ -916,6 +916,8 @@ class Broker:
         nothing (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches).
         """
         self.authorize("poll", topic)
+        if upto_log_end:  # records not yet committed: a replica's read (V1 BROKER_FETCH), not a consumer's
+            self.authorizer.check("manage_servers")
         part = await self.ready_partition(topic, partition)
         if not upto_log_end:
             self._check_replica(part)
