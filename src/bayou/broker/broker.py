@@ -727,6 +727,13 @@ class Broker:
         rs = part.cluster
         return rs is not None and not rs.is_leader and rs.leader >= 0
 
+    async def _await_leadership(self, part: Partition) -> None:
+        """Cluster mode, a produce to a partition this broker does not lead by its local state:
+        if ZooKeeper already names it leader, wait (briefly) for the state to arrive rather than
+        send the client back to the old leader (ClusterNode.await_leadership)."""
+        if self.cluster is not None and (part.cluster is None or not part.cluster.is_leader):
+            await self.cluster.await_leadership(part.topic, part.index)
+
     def _check_leader(self, part: Partition) -> None:
         if self.cluster is not None or part.in_cluster:
             if part.cluster is None or not part.cluster.is_leader:
@@ -778,6 +785,7 @@ class Broker:
         if forward and self._led_elsewhere(part):
             assert self.cluster is not None
             return await self.cluster.forward_produce(topic, partition, bytes(batch), acks)
+        await self._await_leadership(part)
         self._check_leader(part)
         self._check_insync(part, acks)
         if stamp is None:
@@ -831,6 +839,7 @@ class Broker:
             count = ids.count if isinstance(ids, IdRun) else len(ids)
             return await self.cluster.forward_produce(topic, partition, build([True] * count), acks,
                                                       deduplicate=True)
+        await self._await_leadership(part)
         table = part.dedup
         if table is None:
             table = await self._dedup_table(part)

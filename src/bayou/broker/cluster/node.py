@@ -409,6 +409,27 @@ class ClusterNode:
             raise NotLeader(f"partition {partition} of topic {name} has not reached this broker "
                             "yet; retry") from None
 
+    async def await_leadership(self, topic: str, partition: int, timeout: float = 5.0) -> None:
+        """A produce reached this broker while its local state says another broker leads the
+        partition: when ZooKeeper already names this broker leader (a leadership change whose watch
+        is still on its way), wake the reconciler and wait for the local state to take it on, so
+        the client is not sent back to the old leader. Returns at once otherwise (the caller then
+        answers NotLeader with the leader it knows), and after ``timeout`` in any case."""
+        try:
+            state = await self._run(self.zk.partition_state, topic, partition)
+        except StorageError:  # ZooKeeper unreachable: the local state is all there is
+            return
+        if state is None or state.leader != self.me:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            t = self.broker.topics.get(topic)
+            rs = None if t is None or partition >= len(t.partitions) else t.partitions[partition].cluster
+            if rs is not None and (rs.is_leader or rs.epoch > state.leader_epoch):
+                return
+            self._wake.set()
+            await asyncio.sleep(0.02)
+
     async def delete_topic(self, name: str) -> None:
         await self._run(self.zk.delete_topic, name)
         deadline = time.monotonic() + 15

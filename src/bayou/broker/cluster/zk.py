@@ -551,6 +551,14 @@ class ZkCluster:
             self._watched.add(path)
         self.zk.DataWatch(path, self._offsets_changed)
 
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        """One partition's state as ZooKeeper has it now (None: no such partition)."""
+        try:
+            data, _stat = self.zk.get(state_path(topic, partition))
+        except NoNodeError:
+            return None
+        return PartitionState.from_json(data)
+
     def set_state(self, topic: str, partition: int, state: PartitionState, version: int) -> bool:
         """Compare-and-set of a partition state; False when someone changed it first."""
         try:
