@@ -10,16 +10,26 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 from bayou.broker import BrokerConfig
 from bayou.server.app import BayouServer, ServerConfig
 
+_HANDED_OUT: deque[int] = deque(maxlen=4096)  # ports free_port gave this process lately
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on now, and not one this process was given lately: the
+    kernel may hand the same ephemeral port to two binds in a row, and a broker given it for two
+    listeners fails to start ("address already in use", seen in CI-like runs)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.append(port)
+            return port
 
 
 async def start_inprocess(data_dir: Path, **broker_overrides: object) -> BayouServer:
