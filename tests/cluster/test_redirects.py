@@ -201,6 +201,15 @@ def test_partition_role_replica_fetch_tank_acks_and_iggy_metadata(cluster: Clust
     down = next(b for b in cluster.brokers if b != leader)
     cluster.brokers[down].kill()
     cluster.wait(lambda: down not in cluster.isr(topic, 0), 15, "the ISR to shrink")
+    # ZooKeeper's ISR shrinks first (the dead broker's registration goes); the leader takes it from
+    # its watch, and its own view is what a produce is checked against (REPLICA_FETCH reports it)
+    live = next(b for b in cluster.brokers if b not in (leader, down))
+
+    def leader_isr() -> list[str]:
+        found = re.search(r"isr=\[([^\]]*)\]", v1(end, f"V1|8|REPLICA_FETCH|{topic} 0 {live} 0"))
+        return found.group(1).split() if found else []
+
+    cluster.wait(lambda: leader_isr() and str(down) not in leader_isr(), 15, "the leader's own ISR to shrink")
     assert asyncio.run(tank(3)) == 0x04
     assert v1(end, f"V1|7|CONSUME|{topic} 0 0").split("|", 3)[3] == before.split("|", 3)[3]
     assert asyncio.run(tank(2)) == 0
