@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,19 +18,36 @@ from bayou.broker import BrokerConfig
 from bayou.server.app import BayouServer, ServerConfig
 
 _HANDED_OUT: deque[int] = deque(maxlen=4096)  # ports free_port gave this process lately
+_PORTS_BELOW_EPHEMERAL = 12_000  # how many ports below the kernel's ephemeral range to draw from
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on now, and not one this process was given lately: the
-    kernel may hand the same ephemeral port to two binds in a row, and a broker given it for two
-    listeners fails to start ("address already in use", seen in CI-like runs)."""
-    while True:
+    """A loopback port for a broker's listener: nothing listens on it now, this process was not
+    given it lately, and it lies below the kernel's ephemeral range. A port from ``bind(0)`` is
+    an ephemeral one, which any outgoing connection of any process may take before the broker
+    binds it ("address already in use" under load), and the kernel may hand the same one to two
+    binds in a row (one broker given it for two listeners)."""
+    start = _ephemeral_start()
+    low = max(1024, start - _PORTS_BELOW_EPHEMERAL)
+    for _ in range(1000):
+        port = random.randrange(low, start) if start - low >= 1000 else 0
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
             port = int(s.getsockname()[1])
         if port not in _HANDED_OUT:
             _HANDED_OUT.append(port)
             return port
+    raise RuntimeError("no free loopback port found")
 
 
 async def start_inprocess(data_dir: Path, **broker_overrides: object) -> BayouServer:
