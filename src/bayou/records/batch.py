@@ -39,11 +39,11 @@ import crc32c
 
 from bayou.errors import CorruptRecord
 from bayou.records.compression import DEFAULT_MAX_DECOMPRESSED, Compression, compress, decompress
-from bayou.records.cursus import FORMAT_CURSUS, decode_messages, message_to_record
-from bayou.records.iggy import FORMAT_IGGY, decode_frames, frame_ids, frame_positions, frame_stride
+from bayou.records.formats import FORMAT_RECORDS as FORMAT_RECORDS  # re-exported
+from bayou.records.formats import FORMATS, ProducerSequence, payload_format
 from bayou.records.model import Record as Record  # re-exported: the batch API speaks Record
-from bayou.records.tank import FORMAT_TANK, decode_bundle_records
-from bayou.records.varint import decode_varint, encode_varint
+from bayou.records.v2 import RECORD_HAS_MESSAGE_ID as RECORD_HAS_MESSAGE_ID  # re-exported
+from bayou.records.v2 import encode_record
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -66,11 +66,6 @@ ATTR_LOG_APPEND_TIME = 0x08
 ATTR_SPARSE = 0x10
 ATTR_FORMAT_SHIFT = 8
 ATTR_FORMAT_MASK = 0x0F00
-
-RECORD_HAS_MESSAGE_ID = 0x01
-
-FORMAT_RECORDS = 0  # the record layout above
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,33 +168,6 @@ def set_leader_epoch(batch: bytearray | memoryview, epoch: int, pos: int = 0) ->
     _LEADER_EPOCH.pack_into(batch, pos + 12, epoch)
 
 
-def _encode_record(out: bytearray, rec: Record, offset_delta: int, base_ts: int) -> None:
-    body = bytearray()
-    if rec.message_id is not None:
-        body.append(RECORD_HAS_MESSAGE_ID)
-        body += rec.message_id.to_bytes(16, "big")
-    else:
-        body.append(0)
-    encode_varint(rec.timestamp - base_ts, body)
-    encode_varint(offset_delta, body)
-    if rec.key is None:
-        encode_varint(-1, body)
-    else:
-        encode_varint(len(rec.key), body)
-        body += rec.key
-    encode_varint(len(rec.value), body)
-    body += rec.value
-    encode_varint(len(rec.headers), body)
-    for name, value in rec.headers:
-        nb = name.encode("utf-8")
-        encode_varint(len(nb), body)
-        body += nb
-        encode_varint(len(value), body)
-        body += value
-    encode_varint(len(body), out)
-    out += body
-
-
 def encode_batch(
     records: Sequence[Record],
     *,
@@ -218,7 +186,7 @@ def encode_batch(
     max_ts = max(r.timestamp for r in records)
     body = bytearray()
     for i, rec in enumerate(records):
-        _encode_record(body, rec, i, base_ts)
+        encode_record(body, rec, i, base_ts)
     payload = compress(compression, bytes(body))
     attributes = int(compression) | ((payload_format << ATTR_FORMAT_SHIFT) & ATTR_FORMAT_MASK)
     return assemble_batch(
@@ -278,121 +246,42 @@ def assemble_batch(
 def decode_records(
     buf: Buffer, pos: int = 0, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
 ) -> list[Record]:
-    """Decode every record of the batch at ``pos``, with absolute offsets and timestamps."""
+    """Decode every record of the batch at ``pos``, with absolute offsets and timestamps, whatever
+    its payload format (records/formats.py)."""
     h = decode_header(buf, pos)
     if len(buf) - pos < h.size:
         raise CorruptRecord("truncated batch")
     raw = bytes(memoryview(buf)[pos + HEADER_SIZE : pos + h.size])
     data = decompress(h.compression, raw, max_decompressed)
-    if h.payload_format == FORMAT_CURSUS:
-        msgs = decode_messages(data, 0, h.record_count)
-        return [message_to_record(m, h.base_offset + i, h.base_timestamp) for i, m in enumerate(msgs)]
-    if h.payload_format == FORMAT_TANK:
-        return decode_bundle_records(data, h.base_offset)
-    if h.payload_format == FORMAT_IGGY:
-        return decode_frames(data, 0, len(data), h.record_count, base_offset=h.base_offset,
-                             append_ms=h.base_timestamp, origin_base_us=h.producer_id)
-    if h.payload_format != FORMAT_RECORDS:
-        raise CorruptRecord(f"unknown payload format {h.payload_format}")
-    out: list[Record] = []
-    p = 0
-    n = len(data)
-    for _ in range(h.record_count):
-        length, p = decode_varint(data, p)
-        end = p + length
-        if length < 1 or end > n:
-            raise CorruptRecord("record length past the end of the batch")
-        attrs = data[p]
-        p += 1
-        msg_id: int | None = None
-        if attrs & RECORD_HAS_MESSAGE_ID:
-            if p + 16 > end:
-                raise CorruptRecord("truncated message id")
-            msg_id = int.from_bytes(data[p : p + 16], "big")
-            p += 16
-        ts_delta, p = decode_varint(data, p)
-        off_delta, p = decode_varint(data, p)
-        klen, p = decode_varint(data, p)
-        key: bytes | None
-        if klen == -1:
-            key = None
-        elif klen < 0:
-            raise CorruptRecord("bad key length")
-        else:
-            if p + klen > end:
-                raise CorruptRecord("key past the end of the record")
-            key = data[p : p + klen]
-            p += klen
-        vlen, p = decode_varint(data, p)
-        if vlen < 0 or p + vlen > end:
-            raise CorruptRecord("value past the end of the record")
-        value = data[p : p + vlen]
-        p += vlen
-        hcount, p = decode_varint(data, p)
-        if hcount < 0 or hcount > end - p:
-            raise CorruptRecord("bad header count")
-        headers: list[tuple[str, bytes]] = []
-        for _h in range(hcount):
-            nlen, p = decode_varint(data, p)
-            if nlen < 0 or p + nlen > end:
-                raise CorruptRecord("header name past the end of the record")
-            try:
-                name = data[p : p + nlen].decode("utf-8")
-            except UnicodeDecodeError:
-                raise CorruptRecord("header name is not UTF-8") from None
-            p += nlen
-            hvlen, p = decode_varint(data, p)
-            if hvlen < 0 or p + hvlen > end:
-                raise CorruptRecord("header value past the end of the record")
-            headers.append((name, data[p : p + hvlen]))
-            p += hvlen
-        if p != end:
-            raise CorruptRecord("record length mismatch")
-        out.append(
-            Record(
-                value=value,
-                key=key,
-                timestamp=h.base_timestamp + ts_delta,
-                headers=tuple(headers),
-                message_id=msg_id,
-                offset=h.base_offset + off_delta,
-            )
-        )
-    if p != n:
-        raise CorruptRecord("trailing bytes after the last record")
-    return out
+    return payload_format(h.payload_format).decode(data, h)
 
 
 def message_ids(buf: Buffer, pos: int = 0, *,
                 max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> list[tuple[int, int]]:
     """(offset, message id) of every record of the batch at ``pos`` that carries an id, in order,
-    without decoding keys, values or headers (the de-duplication rebuild reads only these). Iggy
-    frames (``FORMAT_IGGY``) carry theirs in the frame header; Cursus and TANK payloads carry none."""
+    without decoding keys, values or headers (the de-duplication rebuild reads only these). Only
+    the formats with ``message_ids`` in records/formats.py carry ids (records and Iggy frames)."""
     h = decode_header(buf, pos)
     if len(buf) - pos < h.size:
         raise CorruptRecord("truncated batch")
-    if h.payload_format not in (FORMAT_RECORDS, FORMAT_IGGY) or not h.record_count:
+    fmt = FORMATS.get(h.payload_format)
+    if fmt is None or fmt.message_ids is None or not h.record_count:
         return []
     body = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
     data: Buffer = body if not h.compression else decompress(h.compression, bytes(body), max_decompressed)
-    if h.payload_format == FORMAT_IGGY:
-        stride = frame_stride(h.base_sequence) if not h.compression else 0
-        ids = frame_ids(data, frame_positions(data, 0, len(data), h.record_count, stride))
-        return [(h.base_offset + i, mid) for i, mid in enumerate(ids) if mid]
-    out: list[tuple[int, int]] = []
-    p = 0
-    n = len(data)
-    for _ in range(h.record_count):
-        length, p = decode_varint(data, p)
-        end = p + length
-        if length < 1 or end > n:
-            raise CorruptRecord("record length past the end of the batch")
-        if data[p] & RECORD_HAS_MESSAGE_ID:
-            if p + 17 > end:
-                raise CorruptRecord("truncated message id")
-            msg_id = int.from_bytes(data[p + 1 : p + 17], "big")
-            _ts_delta, q = decode_varint(data, p + 17)
-            off_delta, _q = decode_varint(data, q)
-            out.append((h.base_offset + off_delta, msg_id))
-        p = end
-    return out
+    return fmt.message_ids(data, h)
+
+
+def producer_sequences(buf: Buffer, pos: int = 0, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
+                       ) -> list[tuple[int, ProducerSequence]]:
+    """(offset, (producer id, epoch, sequence)) of every idempotent send's record of the batch at
+    ``pos`` (Cursus messages carry them): what the producer state is rebuilt from."""
+    h = decode_header(buf, pos)
+    if len(buf) - pos < h.size:
+        raise CorruptRecord("truncated batch")
+    fmt = FORMATS.get(h.payload_format)
+    if fmt is None or fmt.producer_sequences is None or not h.record_count:
+        return []
+    body = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
+    data: Buffer = body if not h.compression else decompress(h.compression, bytes(body), max_decompressed)
+    return fmt.producer_sequences(data, h)

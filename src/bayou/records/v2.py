@@ -1,0 +1,134 @@
+"""The records section of a ``FORMAT_RECORDS`` batch: Kafka's v2 record, plus an optional message
+id (the layout is drawn in records/batch.py). Encode, decode and read the message ids only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bayou.errors import CorruptRecord
+from bayou.records.model import Record
+from bayou.records.varint import decode_varint, encode_varint
+
+if TYPE_CHECKING:
+    from bayou.records.batch import BatchHeader, Buffer
+
+RECORD_HAS_MESSAGE_ID = 0x01
+
+
+def encode_record(out: bytearray, rec: Record, offset_delta: int, base_ts: int) -> None:
+    body = bytearray()
+    if rec.message_id is not None:
+        body.append(RECORD_HAS_MESSAGE_ID)
+        body += rec.message_id.to_bytes(16, "big")
+    else:
+        body.append(0)
+    encode_varint(rec.timestamp - base_ts, body)
+    encode_varint(offset_delta, body)
+    if rec.key is None:
+        encode_varint(-1, body)
+    else:
+        encode_varint(len(rec.key), body)
+        body += rec.key
+    encode_varint(len(rec.value), body)
+    body += rec.value
+    encode_varint(len(rec.headers), body)
+    for name, value in rec.headers:
+        nb = name.encode("utf-8")
+        encode_varint(len(nb), body)
+        body += nb
+        encode_varint(len(value), body)
+        body += value
+    encode_varint(len(body), out)
+    out += body
+
+
+def decode_v2(data: bytes, h: BatchHeader) -> list[Record]:
+    """Every record of a (decompressed) records section, with absolute offsets and timestamps."""
+    out: list[Record] = []
+    p = 0
+    n = len(data)
+    for _ in range(h.record_count):
+        length, p = decode_varint(data, p)
+        end = p + length
+        if length < 1 or end > n:
+            raise CorruptRecord("record length past the end of the batch")
+        attrs = data[p]
+        p += 1
+        msg_id: int | None = None
+        if attrs & RECORD_HAS_MESSAGE_ID:
+            if p + 16 > end:
+                raise CorruptRecord("truncated message id")
+            msg_id = int.from_bytes(data[p : p + 16], "big")
+            p += 16
+        ts_delta, p = decode_varint(data, p)
+        off_delta, p = decode_varint(data, p)
+        klen, p = decode_varint(data, p)
+        key: bytes | None
+        if klen == -1:
+            key = None
+        elif klen < 0:
+            raise CorruptRecord("bad key length")
+        else:
+            if p + klen > end:
+                raise CorruptRecord("key past the end of the record")
+            key = data[p : p + klen]
+            p += klen
+        vlen, p = decode_varint(data, p)
+        if vlen < 0 or p + vlen > end:
+            raise CorruptRecord("value past the end of the record")
+        value = data[p : p + vlen]
+        p += vlen
+        hcount, p = decode_varint(data, p)
+        if hcount < 0 or hcount > end - p:
+            raise CorruptRecord("bad header count")
+        headers: list[tuple[str, bytes]] = []
+        for _h in range(hcount):
+            nlen, p = decode_varint(data, p)
+            if nlen < 0 or p + nlen > end:
+                raise CorruptRecord("header name past the end of the record")
+            try:
+                name = data[p : p + nlen].decode("utf-8")
+            except UnicodeDecodeError:
+                raise CorruptRecord("header name is not UTF-8") from None
+            p += nlen
+            hvlen, p = decode_varint(data, p)
+            if hvlen < 0 or p + hvlen > end:
+                raise CorruptRecord("header value past the end of the record")
+            headers.append((name, data[p : p + hvlen]))
+            p += hvlen
+        if p != end:
+            raise CorruptRecord("record length mismatch")
+        out.append(
+            Record(
+                value=value,
+                key=key,
+                timestamp=h.base_timestamp + ts_delta,
+                headers=tuple(headers),
+                message_id=msg_id,
+                offset=h.base_offset + off_delta,
+            )
+        )
+    if p != n:
+        raise CorruptRecord("trailing bytes after the last record")
+    return out
+
+
+def v2_message_ids(data: Buffer, h: BatchHeader) -> list[tuple[int, int]]:
+    """(offset, message id) of every record that carries an id, without decoding the rest."""
+    out: list[tuple[int, int]] = []
+    p = 0
+    n = len(data)
+    for _ in range(h.record_count):
+        length, p = decode_varint(data, p)
+        end = p + length
+        if length < 1 or end > n:
+            raise CorruptRecord("record length past the end of the batch")
+        if data[p] & RECORD_HAS_MESSAGE_ID:
+            if p + 17 > end:
+                raise CorruptRecord("truncated message id")
+            msg_id = int.from_bytes(data[p + 1 : p + 17], "big")
+            _ts_delta, q = decode_varint(data, p + 17)
+            off_delta, _q = decode_varint(data, q)
+            out.append((h.base_offset + off_delta, msg_id))
+        p = end
+    return out
