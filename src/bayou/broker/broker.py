@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bayou.broker.authz import Action, Authorizer, current_principal
 from bayou.broker.background import run_forever
-from bayou.broker.dedup import DEFAULT_MAX_PRODUCERS, DEFAULT_WINDOW, DedupTable, IdRun, rebuild
 from bayou.broker.groups.coordinator import (
     CURSUS_POLICY,
     RTES_POLICY,
@@ -21,6 +20,16 @@ from bayou.broker.groups.coordinator import (
     GroupDescription,
     GroupPolicy,
     GroupView,
+)
+from bayou.broker.idempotence import (
+    DEFAULT_MAX_PRODUCERS,
+    DEFAULT_WINDOW,
+    DedupTable,
+    IdRun,
+    ProducerTable,
+    Rebuilt,
+    TableT,
+    rebuild,
 )
 from bayou.broker.metadata import ClusterMetadata
 from bayou.broker.partition import FOLLOWER, LEADER, Partition
@@ -43,6 +52,7 @@ from bayou.errors import (
     UnknownPartition,
     UnknownTopic,
 )
+from bayou.records.formats import ProducerSequence
 from bayou.stats import Recovery
 from bayou.storage import (
     FileSpan,
@@ -63,6 +73,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("bayou.broker")
 T = TypeVar("T")
+Stamp = Callable[[bytearray, int], None]  # writes the assigned offsets into a batch (produce)
 
 MAX_PARTITIONS = 10_000
 
@@ -74,7 +85,7 @@ BROKER_TOPIC_KEYS = {
     "cluster.partitions.removed": str,  # cluster mode: every removal of partitions (set by the cluster)
     "idempotent": bool,  # de-duplicate producer sequences (Cursus ``idempotent=true``)
     "event.sourcing": bool,  # Cursus event-sourcing topic (aggregate streams, snapshots)
-    # Message de-duplication by id (Iggy sends; broker/dedup.py, Broker.produce_unique)
+    # Message de-duplication by id (Iggy sends; broker/idempotence.py, Broker.produce_unique)
     "message.deduplication": bool,
     "message.deduplication.producers": int,  # producers remembered per partition (LRU)
     "message.deduplication.window": int,  # last offsets scanned to rebuild the table after a start
@@ -819,16 +830,11 @@ class Broker:
                              build: Callable[[list[bool]], bytes], acks: Acks = Acks.LEADER, *,
                              forward: bool = False) -> ProduceResult:
         """Append, of a send whose messages carry ``ids`` (in order, none 0), only those that are not
-        replays for the partition's de-duplication table (broker/dedup.py); ``build(keep)`` returns
-        the batch of the kept messages, in order. The check, the append and the table update run
-        in one synchronous step, so concurrent sends to a partition cannot both store one sequence.
+        replays for the partition's de-duplication table (broker/idempotence.py); ``build(keep)``
+        returns the batch of the kept messages, in order (see ``_append_checked``).
 
         The table is rebuilt from the last ``message.deduplication.window`` offsets of the log by
         the first such send after a start (or after the settings changed or the topic was purged).
-        When every message is a replay nothing is appended and the result is an empty range at the
-        log end: ``base_offset`` = the next offset, ``last_offset`` = ``base_offset - 1``; under
-        fsync=always it is returned once the log is durable up to there (the replayed originals
-        may still have been waiting for their fsync).
         """
         self.authorize("send", topic)
         if self.closing:
@@ -840,60 +846,126 @@ class Broker:
             return await self.cluster.forward_produce(topic, partition, build([True] * count), acks,
                                                       deduplicate=True)
         await self._await_leadership(part)
-        table = part.dedup
+        table = part.dedup_state.table
         if table is None:
-            table = await self._dedup_table(part)
-            self._check_serving(part)
-            if self.closing:
-                raise BrokerShuttingDown()
+            table = await self._rebuilt(part, part.dedup_state, self._new_dedup_table)
         self._check_leader(part)
         self._check_insync(part, acks)
         # No await from here to the append: no other send to this partition runs in between.
         keep, staged = table.check(ids)
+        info = self._append_kept(part, keep, lambda: (build(keep), None))
+        if info is not None:
+            table.commit(staged)
+        return await self._acknowledge_kept(part, info, acks)
+
+    async def produce_idempotent(self, topic: str, partition: int, producers: Sequence[ProducerSequence],
+                                 build: Callable[[list[bool]], tuple[bytes, Stamp]],
+                                 acks: Acks = Acks.LEADER) -> ProduceResult:
+        """Append, of a send whose messages carry (producer id, epoch, sequence) ``producers`` (in
+        order), only those that are not replays for the partition's producer table
+        (broker/idempotence.py); ``build(keep)`` returns the batch of the kept messages and the
+        ``stamp`` that writes their offsets (see ``produce``). Raises ProducerFenced or
+        OutOfOrderSequence (nothing stored) when the producer rules refuse the send.
+
+        The table is rebuilt from the active segment by the first such send after a start.
+        """
+        self.authorize("send", topic)
+        if self.closing:
+            raise BrokerShuttingDown()
+        part = await self.ready_partition(topic, partition)
+        await self._await_leadership(part)
+        table = part.producer_state.table
+        if table is None:
+            table = await self._rebuilt(part, part.producer_state, self._new_producer_table)
+        self._check_leader(part)
+        self._check_insync(part, acks)
+        keep, staged = table.check(producers)  # no await from here to the commit (produce_unique)
+        info = self._append_kept(part, keep, lambda: build(keep))
+        if info is not None:
+            table.commit(staged)
+        return await self._acknowledge_kept(part, info, acks)
+
+    def _append_kept(self, part: Partition, keep: list[bool],
+                     build: Callable[[], tuple[bytes, Stamp | None]]) -> AppendInfo | None:
+        """The append of an idempotent send once checked: the kept messages, or None when every
+        one was a replay. The check, this append and the table's commit run in one synchronous
+        step, so concurrent sends to a partition cannot both store one sequence; the table
+        changes only once the append succeeded."""
         if not any(keep):
-            end = part.log.next_offset
-            if part.log.config.fsync.mode == "always" and part.log.durable_offset < end:
-                await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)
-            return ProduceResult(partition, end, end - 1, part.high_watermark, part.log.log_start_offset)
-        info = part.log.append(build(keep), leader_epoch=self._epoch(part))
-        table.commit(staged)
-        return await self._acknowledge(part, info, acks)
+            return None
+        batch, stamp = build()
+        if stamp is None:
+            return part.log.append(batch, leader_epoch=self._epoch(part))
+        return part.log.append(batch, verify_crc=False, stamp=stamp, leader_epoch=self._epoch(part))
 
-    async def _dedup_table(self, part: Partition) -> DedupTable:
-        """The partition's de-duplication table, rebuilt from its log first if need be (one rebuild
-        however many sends wait for it; a failed one is retried by the next send)."""
-        task = part.dedup_loading
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._rebuild_dedup(part, part.dedup_generation),
-                                                          name=f"dedup-{part.topic}-{part.index}")
-            part.dedup_loading = task
-        try:
-            return await asyncio.shield(task)
-        except Exception:
-            if part.dedup_loading is task:
-                part.dedup_loading = None
-            raise
+    async def _acknowledge_kept(self, part: Partition, info: AppendInfo | None, acks: Acks) -> ProduceResult:
+        """``_acknowledge`` of an idempotent send. When every message was a replay nothing was
+        appended and the result is an empty range at the log end: ``base_offset`` = the next
+        offset, ``last_offset`` = ``base_offset - 1``; under fsync=always it is returned once the
+        log is durable up to there (the replayed originals may still have been waiting for their
+        fsync)."""
+        if info is not None:
+            return await self._acknowledge(part, info, acks)
+        end = part.log.next_offset
+        if part.log.config.fsync.mode == "always" and part.log.durable_offset < end:
+            await asyncio.get_running_loop().run_in_executor(self._io, part.log.sync_to, end)
+        return ProduceResult(part.index, end, end - 1, part.high_watermark, part.log.log_start_offset)
 
-    async def _rebuild_dedup(self, part: Partition, generation: int) -> DedupTable:
+    def _new_dedup_table(self, part: Partition) -> tuple[DedupTable, int]:
+        """An empty message de-duplication table sized per the topic's settings, and the first
+        offset its rebuild reads (the last ``message.deduplication.window`` ones)."""
         t = self.topics.get(part.topic)
         config = t.meta.config if t is not None else {}
-        table = DedupTable(int(config.get(DEDUP_PRODUCERS, DEFAULT_MAX_PRODUCERS)))
         window = int(config.get(DEDUP_WINDOW, DEFAULT_WINDOW))
+        return (DedupTable(int(config.get(DEDUP_PRODUCERS, DEFAULT_MAX_PRODUCERS))),
+                max(part.log.log_start_offset, part.log.next_offset - window))
+
+    @staticmethod
+    def _new_producer_table(part: Partition) -> tuple[ProducerTable, int]:
+        """An empty producer table, rebuilt from the active segment (older entries are past the
+        producer expiry in practice)."""
+        return ProducerTable(), max(part.log.log_start_offset, part.log.active.base_offset)
+
+    async def _rebuilt(self, part: Partition, slot: Rebuilt[TableT],
+                       new: Callable[[Partition], tuple[TableT, int]]) -> TableT:
+        """The table of ``slot``, rebuilt from the partition's log first (one rebuild however many
+        sends wait for it; a failed one is retried by the next send). Checks again that this
+        broker may serve the partition, as the rebuild awaited."""
+        task = slot.loading
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._rebuild(part, slot, new),
+                                                          name=f"idempotence-{part.topic}-{part.index}")
+            slot.loading = task
+        try:
+            table = await asyncio.shield(task)
+        except Exception:
+            if slot.loading is task:
+                slot.loading = None
+            raise
+        self._check_serving(part)
+        if self.closing:
+            raise BrokerShuttingDown()
+        return table
+
+    async def _rebuild(self, part: Partition, slot: Rebuilt[TableT],
+                       new: Callable[[Partition], tuple[TableT, int]]) -> TableT:
+        generation = slot.generation
+        table, offset = new(part)
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         end = part.log.next_offset
-        offset = max(part.log.log_start_offset, end - window)
         first = offset
         while True:
             offset = await loop.run_in_executor(self._io, rebuild, table, part.log, offset, end)
             if part.log.next_offset <= end:  # nothing appended meanwhile (and no await from here on)
                 break
             offset, end = max(offset, end), part.log.next_offset
-        if part.dedup_generation == generation:
-            part.dedup = table
-            part.dedup_loading = None
-        log.info("rebuilt message de-duplication of %s/%d from offsets %d-%d: %d producers in %.3f s",
-                 part.topic, part.index, first, end - 1, len(table), time.monotonic() - started)
+        if slot.generation == generation:
+            slot.table = table
+            slot.loading = None
+        log.info("rebuilt %s of %s/%d from offsets %d-%d: %d producers in %.3f s",
+                 table.KIND, part.topic, part.index, first, end - 1, len(table),
+                 time.monotonic() - started)
         return table
 
     async def _await_replication(self, part: Partition, last_offset: int) -> None:

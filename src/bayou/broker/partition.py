@@ -6,8 +6,7 @@ import asyncio
 import threading
 
 from bayou.broker.cluster.replicaset import ReplicaSet
-from bayou.broker.dedup import DedupTable
-from bayou.broker.producers import ProducerTable
+from bayou.broker.idempotence import DedupTable, ProducerTable, Rebuilt
 from bayou.broker.replication import ReplicaTracker
 from bayou.broker.settings import BrokerConfig
 from bayou.storage.epochs import LeaderEpochCache
@@ -27,14 +26,11 @@ class Partition:
                                        config.replica_max_lag, config.replica_lag_timeout_ms)
         self._waiters: list[asyncio.Future[None]] = []
         self.last_flush = 0.0
-        self.producers = ProducerTable()
         self.round_robin = 0  # next partition hint for unkeyed, unpartitioned produce
-        # Message de-duplication (``message.deduplication``): None until the first de-duplicated
-        # send after start rebuilds it from the log (Broker.produce_unique); ``dedup_loading`` is
-        # that rebuild while it runs, ``dedup_generation`` tells it whether it was reset meanwhile.
-        self.dedup: DedupTable | None = None
-        self.dedup_loading: asyncio.Task[DedupTable] | None = None
-        self.dedup_generation = 0
+        # Idempotent produce (broker/idempotence.py), each rebuilt from the log by the first send
+        # that needs it: Cursus producer sequences, and Iggy message ids (``message.deduplication``)
+        self.producer_state: Rebuilt[ProducerTable] = Rebuilt()
+        self.dedup_state: Rebuilt[DedupTable] = Rebuilt()
         # Cluster mode: this broker's view of the partition's leader, epoch and ISR (None on a
         # single node, where ``replicas`` above holds the V1 protocol's reported followers).
         self.cluster: ReplicaSet | None = None
@@ -69,12 +65,15 @@ class Partition:
             hw = min(hw, self.log.durable_offset)
         return hw
 
+    @property
+    def dedup(self) -> DedupTable | None:
+        """The message de-duplication table, None until rebuilt."""
+        return self.dedup_state.table
+
     def reset_dedup(self) -> None:
         """Forget the de-duplication table (config changed, log purged): the next de-duplicated
         send rebuilds it from what the log holds then."""
-        self.dedup = None
-        self.dedup_loading = None
-        self.dedup_generation += 1
+        self.dedup_state.reset()
 
     def notify(self) -> None:
         waiters, self._waiters = self._waiters, []

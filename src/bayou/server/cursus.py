@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from bayou.broker import Acks, Broker
 from bayou.broker.groups.coordinator import CURSUS_POLICY
-from bayou.broker.producers import ProducerEntry
 from bayou.errors import (
     BayouError,
     CorruptStorage,
@@ -141,7 +140,6 @@ class CursusService:
             "READ_STREAM": self.read_stream,
         }
         self.events = EventStore(broker)
-        self._producers_loaded: set[tuple[str, int]] = set()
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -414,70 +412,29 @@ class CursusService:
 
     async def _append_messages(self, topic: str, partition: int, body: bytes | bytearray,
                                starts: list[int], acks: Acks) -> int:
-        """Store message records ``body[starts[0]:starts[-1]]``; returns the partition's last offset."""
-        part = self.broker.partition(topic, partition)
-        previous = None
+        """Store message records ``body[starts[0]:starts[-1]]``; returns the partition's last offset.
+        On an idempotent topic only the messages the producer rules keep are stored (the broker's
+        idempotence, broker/idempotence.py)."""
         if self.broker.topic_flag(topic, "idempotent"):
-            if (topic, partition) not in self._producers_loaded:
-                await self._load_producers(topic, partition)
-            ids = []
+            producers = []
             for s in starts[:-1]:
                 m, _ = decode_message(body, s)
-                ids.append((m.producer_id, m.epoch, m.seq_num))
-            keep, previous = part.producers.admit(ids)
-            if not all(keep):
+                producers.append((m.producer_id, m.epoch, m.seq_num))
+
+            def build(keep: list[bool]) -> tuple[bytes, Callable[[bytearray, int], None]]:
+                if all(keep):
+                    return _message_batch(body, starts)
                 kept = [(starts[i], starts[i + 1]) for i, k in enumerate(keep) if k]
-                buf = b"".join(bytes(body[a:b]) for a, b in kept)
                 rel = [0]
                 for a, b in kept:
                     rel.append(rel[-1] + (b - a))
-                body, starts = buf, rel
-        count = len(starts) - 1
-        if count == 0:
-            return part.log.next_offset - 1
-        now = int(time.time() * 1000)
-        payload = bytes(body[starts[0]:starts[-1]])
-        batch = assemble_batch(payload, record_count=count, base_offset=0,
-                               attributes=FORMAT_CURSUS << 8, base_timestamp=now, max_timestamp=now,
-                               producer_id=starts[-2] - starts[0])  # LAST_MESSAGE_AT, records/cursus.py
-        shift = HEADER_SIZE - starts[0]
-        positions = [s + shift for s in starts]
+                return _message_batch(b"".join(bytes(body[a:b]) for a, b in kept), rel)
 
-        def stamp(buf: bytearray, base: int) -> None:
-            stamp_offsets(buf, positions, base)
-
-        try:
+            await self.broker.produce_idempotent(topic, partition, producers, build, acks)
+        else:
+            batch, stamp = _message_batch(body, starts)
             await self.broker.produce(topic, partition, batch, acks, stamp=stamp, create=False)
-        except BaseException:
-            if previous is not None:
-                part.producers.restore(previous)
-            raise
-        return part.log.next_offset - 1
-
-    async def _load_producers(self, topic: str, partition: int) -> None:
-        """Rebuild producer sequences from the active segment after a restart (entries older than
-        the active segment are past the 30-minute producer expiry in practice)."""
-        part = self.broker.partition(topic, partition)
-        offset = max(part.log.log_start_offset, part.log.active.base_offset)
-        latest: dict[bytes, tuple[int, int]] = {}
-        while offset < part.log.next_offset:
-            res = await self.broker.fetch(topic, partition, offset, max_bytes=8 << 20,
-                                          upto_log_end=True)
-            if not res.data:
-                break
-            for pos, h in iter_batches(res.data):
-                if h.payload_format != FORMAT_CURSUS or h.compression:
-                    continue
-                starts = message_starts(res.data, pos + HEADER_SIZE, h.record_count, pos + h.size)
-                for s in starts[:-1]:
-                    m, _ = decode_message(res.data, s)
-                    if m.producer_id and m.seq_num:
-                        latest[m.producer_id] = (m.epoch, m.seq_num)
-            offset = res.next_offset
-        now = time.monotonic()
-        for pid, (epoch, seq) in latest.items():
-            part.producers.entries.setdefault(pid, ProducerEntry(epoch, seq, now))
-        self._producers_loaded.add((topic, partition))
+        return self.broker.partition(topic, partition).log.next_offset - 1
 
     async def produce_batch(self, body: bytes, head: cb.BatchHead) -> bytes:
         acks = self._acks(head.acks)
@@ -1099,6 +1056,23 @@ class CursusService:
 
 _SEQ = struct.Struct(">Q")
 COMPRESSED_MAGICS = (GZIP_MAGIC, XERIAL_MAGIC, LZ4_MAGIC)  # what maybe_decompress inflates
+
+
+def _message_batch(body: bytes | bytearray, starts: list[int]
+                   ) -> tuple[bytes, Callable[[bytearray, int], None]]:
+    """The stored batch of message records ``body[starts[0]:starts[-1]]`` and the stamp that
+    writes their offsets once the broker assigns them."""
+    now = int(time.time() * 1000)
+    batch = assemble_batch(bytes(body[starts[0]:starts[-1]]), record_count=len(starts) - 1, base_offset=0,
+                           attributes=FORMAT_CURSUS << 8, base_timestamp=now, max_timestamp=now,
+                           producer_id=starts[-2] - starts[0])  # LAST_MESSAGE_AT, records/cursus.py
+    shift = HEADER_SIZE - starts[0]
+    positions = [s + shift for s in starts]
+
+    def stamp(buf: bytearray, base: int) -> None:
+        stamp_offsets(buf, positions, base)
+
+    return batch, stamp
 
 
 def _status(offline: str | None) -> dict[str, str]:

@@ -19,7 +19,7 @@ created in the ``default`` stream is the bayou topic of exactly that name, and C
 UPDATE_TOPIC options named like bayou topic config keys set that config (``_bayou_config``; in L
 the options block follows the name); on a topic with ``message.deduplication=true`` every send
 path stores only the messages whose ids are not replays (``Broker.produce_unique``,
-``broker/dedup.py``): a wholly replayed send succeeds and stores nothing (V confirmation: the
+``broker/idempotence.py``): a wholly replayed send succeeds and stores nothing (V confirmation: the
 partition's log end as base offset).
 """
 
@@ -49,8 +49,8 @@ from bayou.broker.authz import ANONYMOUS, Action, Permissions, Principal, curren
 from bayou.broker.background import run_forever
 from bayou.broker.broker import TOPIC_KEYS
 from bayou.broker.cluster.state import MEMBER_BROKER_SHIFT, connection_member_base
-from bayou.broker.dedup import IdRun
 from bayou.broker.groups.coordinator import IGGY_POLICY
+from bayou.broker.idempotence import IdRun
 from bayou.errors import (
     BayouError,
     GroupNotFound,

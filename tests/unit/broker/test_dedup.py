@@ -1,5 +1,5 @@
-"""Message de-duplication: the producer table (broker/dedup.py), its rebuild from a partition log,
-and ``Broker.produce_unique`` (check + append in one step, lazy rebuild after a start)."""
+"""Message de-duplication: the message-id table (broker/idempotence.py), its rebuild from a
+partition log, and ``Broker.produce_unique`` (check + append in one step, lazy rebuild after a start)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bayou.broker import Acks, Broker, BrokerConfig
-from bayou.broker.dedup import DedupTable, IdRun, rebuild, split_id
+from bayou.broker.idempotence import DedupTable, IdRun, rebuild, split_id
 from bayou.errors import InvalidConfig
 from bayou.protocols.iggy.messages import Message
 from bayou.protocols.iggy.stored import frames_from_messages

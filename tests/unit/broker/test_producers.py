@@ -7,36 +7,42 @@ from pathlib import Path
 import pytest
 
 from bayou.broker import Broker, BrokerConfig
-from bayou.broker.producers import ProducerTable
+from bayou.broker.idempotence import ProducerSequence, ProducerTable
 from bayou.errors import OutOfOrderSequence, ProducerFenced
 from bayou.protocols.cursus.batch import encode_batch, encode_messages
 from bayou.records.cursus import CursusMessage
 from bayou.server.cursus import Advertised, ConnState, CursusService
 
 
+def admit(t: ProducerTable, sends: list[ProducerSequence]) -> list[bool]:
+    """check + commit, as the broker does around a successful append."""
+    keep, staged = t.check(sends)
+    t.commit(staged)
+    return keep
+
+
 def test_rules() -> None:
     t = ProducerTable()
-    assert t.admit([(b"p", 1, 1), (b"p", 1, 2)])[0] == [True, True]
-    assert t.admit([(b"p", 1, 2), (b"p", 1, 3)])[0] == [False, True]  # replay dropped, next kept
-    assert t.admit([(b"", 0, 0), (b"q", 5, 0)])[0] == [True, True]  # no id or seq 0: never deduped
+    assert admit(t, [(b"p", 1, 1), (b"p", 1, 2)]) == [True, True]
+    assert admit(t, [(b"p", 1, 2), (b"p", 1, 3)]) == [False, True]  # replay dropped, next kept
+    assert admit(t, [(b"", 0, 0), (b"q", 5, 0)]) == [True, True]  # no id or seq 0: never deduped
     with pytest.raises(OutOfOrderSequence, match="gap"):
-        t.admit([(b"p", 1, 7)])
+        admit(t, [(b"p", 1, 7)])
     with pytest.raises(OutOfOrderSequence, match="first message for producer"):
-        t.admit([(b"new", 1, 2)])
+        admit(t, [(b"new", 1, 2)])
     with pytest.raises(ProducerFenced, match="stale_producer_epoch"):
-        t.admit([(b"p", 0, 1)])
+        admit(t, [(b"p", 0, 1)])
     with pytest.raises(OutOfOrderSequence, match="new producer epoch"):
-        t.admit([(b"p", 2, 5)])
-    assert t.admit([(b"p", 2, 1)])[0] == [True]  # a higher epoch restarts at 1 and fences epoch 1
+        admit(t, [(b"p", 2, 5)])
+    assert admit(t, [(b"p", 2, 1)]) == [True]  # a higher epoch restarts at 1 and fences epoch 1
     with pytest.raises(ProducerFenced):
-        t.admit([(b"p", 1, 4)])
+        admit(t, [(b"p", 1, 4)])
 
 
-def test_restore_undoes_a_failed_append() -> None:
+def test_check_changes_nothing_until_commit() -> None:
     t = ProducerTable()
-    t.admit([(b"p", 1, 1)])
-    _keep, prev = t.admit([(b"p", 1, 2), (b"x", 1, 1)])
-    t.restore(prev)
+    admit(t, [(b"p", 1, 1)])
+    t.check([(b"p", 1, 2), (b"x", 1, 1)])  # the append then failed: no commit
     assert t.entries[b"p"].last_seq == 1 and b"x" not in t.entries
 
 
