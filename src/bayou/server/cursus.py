@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from bayou.broker import Acks, Broker
 from bayou.broker.groups.coordinator import CURSUS_POLICY
+from bayou.broker.window import Stored, window
 from bayou.errors import (
     BayouError,
     CorruptStorage,
@@ -41,7 +42,7 @@ from bayou.protocols.cursus import replies
 from bayou.protocols.cursus.commands import Command, classify, parse_int
 from bayou.protocols.cursus.compression import GZIP_MAGIC, LZ4_MAGIC, XERIAL_MAGIC, maybe_decompress
 from bayou.protocols.cursus.framing import KEEPALIVE, MAX_FRAME, CursusError, FrameReader, encode_frame
-from bayou.records.batch import HEADER_SIZE, assemble_batch, iter_batches
+from bayou.records.batch import HEADER_SIZE, BatchHeader, Record, assemble_batch, iter_batches
 from bayou.records.cursus import (
     FORMAT_CURSUS,
     decode_message,
@@ -847,13 +848,16 @@ class CursusService:
         first_seq = last_seq = 0
         next_offset = offset
         data = res.data
-        for pos, h in iter_batches(data):
-            if count >= limit:
-                break
-            if h.next_offset <= offset:
-                continue
-            if h.payload_format == FORMAT_CURSUS and h.compression == 0:
-                skip = max(0, offset - h.base_offset)
+        if limit <= 0:
+            return b"", count, first_seq, last_seq, next_offset
+
+        async def decode(pos: int, _h: BatchHeader) -> list[Record]:
+            return await decode_stored(data, pos)
+
+        async for piece in window(iter_batches(data), FORMAT_CURSUS, offset, decode):
+            if isinstance(piece, Stored):
+                pos, h = piece.pos, piece.header
+                skip = piece.lo - h.base_offset
                 take = min(h.record_count - skip, limit - count)
                 body = pos + HEADER_SIZE
                 if skip == 0 and take == h.record_count and 0 <= h.producer_id < h.size - HEADER_SIZE:
@@ -864,30 +868,30 @@ class CursusService:
                     last_seq = _SEQ.unpack_from(data, body + h.producer_id + 8)[0]
                     count += take
                     next_offset = h.next_offset
-                    continue
-                starts = message_starts(data, body, h.record_count, pos + h.size)
-                a, b = starts[skip], starts[skip + take]
-                chunks.append(bytes(data[a:b]))
-                m_first, _ = decode_message(data, a)
-                m_last, _ = decode_message(data, starts[skip + take - 1])
-                if count == 0:
-                    first_seq = m_first.seq_num
-                last_seq = m_last.seq_num
-                count += take
-                next_offset = h.base_offset + skip + take
-                continue
-            out = bytearray()
-            for rec in await decode_stored(data, pos):
-                if rec.offset < offset or count >= limit:
-                    continue
-                m = record_to_message(rec)
-                encode_message(m, out)
-                if count == 0:
-                    first_seq = m.seq_num
-                last_seq = m.seq_num
-                count += 1
-                next_offset = rec.offset + 1
-            chunks.append(bytes(out))
+                else:
+                    starts = message_starts(data, body, h.record_count, pos + h.size)
+                    a, b = starts[skip], starts[skip + take]
+                    chunks.append(bytes(data[a:b]))
+                    m_first, _ = decode_message(data, a)
+                    m_last, _ = decode_message(data, starts[skip + take - 1])
+                    if count == 0:
+                        first_seq = m_first.seq_num
+                    last_seq = m_last.seq_num
+                    count += take
+                    next_offset = h.base_offset + skip + take
+            else:
+                out = bytearray()
+                for rec in piece.records[:limit - count]:
+                    m = record_to_message(rec)
+                    encode_message(m, out)
+                    if count == 0:
+                        first_seq = m.seq_num
+                    last_seq = m.seq_num
+                    count += 1
+                    next_offset = rec.offset + 1
+                chunks.append(bytes(out))
+            if count >= limit:
+                break
         return b"".join(chunks), count, first_seq, last_seq, next_offset
 
     def _start_offset(self, topic: str, partition: int, group: str, explicit: int | None,

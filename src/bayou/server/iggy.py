@@ -51,6 +51,7 @@ from bayou.broker.broker import TOPIC_KEYS
 from bayou.broker.cluster.state import MEMBER_BROKER_SHIFT, connection_member_base
 from bayou.broker.groups.coordinator import IGGY_POLICY
 from bayou.broker.idempotence import IdRun
+from bayou.broker.window import Stored, window
 from bayou.errors import (
     BayouError,
     GroupNotFound,
@@ -105,7 +106,7 @@ from bayou.protocols.iggy.stored import (
     vsr_send_frames,
 )
 from bayou.protocols.iggy.wire import option
-from bayou.records.batch import HEADER_SIZE, assemble_batch, encode_batch, iter_batches
+from bayou.records.batch import HEADER_SIZE, BatchHeader, assemble_batch, encode_batch, iter_batches
 from bayou.records.iggy import (
     FORMAT_IGGY,
     append_time_us,
@@ -1506,18 +1507,19 @@ class IggyService:
             if not r.data:
                 break
             data = r.data
-            for pos, h in iter_batches(data):
-                if taken >= count:
-                    break
-                lo = max(offset, h.base_offset)
-                hi = min(h.next_offset, hw, lo + count - taken)
-                if hi <= lo:
-                    continue
-                if h.payload_format == FORMAT_IGGY and h.compression == 0:
+
+            async def decode(pos: int, _h: BatchHeader, data: bytes = data) -> list[Record]:
+                return await decode_stored(data, pos)
+
+            async for piece in window(iter_batches(data), FORMAT_IGGY, offset, decode, stop=hw):
+                h, lo = piece.header, piece.lo
+                hi = min(piece.hi, lo + count - taken)
+                if isinstance(piece, Stored):
                     append = append_time_us(h.base_timestamp, h.base_sequence)
                     if append < not_before_us:
                         offset = h.next_offset
                         continue
+                    pos = piece.pos
                     body = pos + HEADER_SIZE
                     positions = frame_positions(data, body, pos + h.size, h.record_count,
                                                 frame_stride(h.base_sequence))
@@ -1541,8 +1543,8 @@ class IggyService:
                     last = hi - 1
                 else:
                     polled = [record_to_polled(rec, timestamp=micros(rec.timestamp), envelope=envelope)
-                              for rec in await decode_stored(data, pos)
-                              if lo <= rec.offset < hi and micros(rec.timestamp) >= not_before_us]
+                              for rec in piece.records
+                              if rec.offset < hi and micros(rec.timestamp) >= not_before_us]
                     if polled:
                         if dialect is Dialect.SEED:
                             parts.extend(polled)
@@ -1552,6 +1554,8 @@ class IggyService:
                         taken += len(polled)
                         last = polled[-1].offset
                 offset = hi
+                if taken >= count:
+                    break
             if r.next_offset <= offset and offset == start:
                 break
         return parts, taken, last

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from bayou.broker import Acks, Broker
+from bayou.broker.window import Stored, served_as_stored, window
 from bayou.errors import (
     BayouError,
     CorruptRecord,
@@ -41,6 +42,8 @@ from bayou.records.batch import (
     MAGIC,
     MAX_OFFSET,
     MAX_OFFSET_DELTA,
+    BatchHeader,
+    Record,
     assemble_batch,
 )
 from bayou.records.tank import CODEC_SNAPPY, FORMAT_TANK, check_bundle, parse_bundle_header, write_varint
@@ -183,7 +186,7 @@ async def read_chunk(broker: Broker, topic: str, partition: int, seq: int, fetch
         chunk.next_seq = seq
         return chunk
     pos, h = span.batches[0]
-    if h.payload_format == FORMAT_TANK and h.compression == 0 and h.size - HEADER_SIZE < ZEROCOPY_MIN:
+    if served_as_stored(h, FORMAT_TANK) and h.size - HEADER_SIZE < ZEROCOPY_MIN:
         # span.limit: the high watermark, or the damage of a quarantined partition if lower
         try:
             return await _gather_chunk(span.fd, pos, seq, span.limit, min(limit, GATHER_MAX))
@@ -197,22 +200,25 @@ async def read_chunk(broker: Broker, topic: str, partition: int, seq: int, fetch
             return chunk
     chunk.spans.append(span)  # until the chunk is sent
     try:
-        for i, (pos, h) in enumerate(span.batches):
-            if h.payload_format == FORMAT_TANK and h.compression == 0:
-                if i == 0:
+        async def decode(pos: int, h: BatchHeader) -> list[Record]:
+            # CRC-checked: converted bytes must be the stored ones
+            return await decode_stored(span.read_batch(pos, h))
+
+        async for piece in window(span.batches, FORMAT_TANK, 0, decode):
+            h, first = piece.header, not chunk.pieces
+            if isinstance(piece, Stored):
+                if first:
                     chunk.sparse_first = h.sparse
                     chunk.base_seq = 0 if h.sparse else h.base_offset + 1
-                chunk.add(FileRange(span.fd, pos + HEADER_SIZE, h.size - HEADER_SIZE))
+                chunk.add(FileRange(span.fd, piece.pos + HEADER_SIZE, h.size - HEADER_SIZE))
             else:
-                if i == 0:
+                if first:
                     chunk.base_seq = h.base_offset + 1
-                raw = span.read_batch(pos, h)  # CRC-checked: converted bytes must be the stored ones
-                records = await decode_stored(raw)
                 # TANK's key is a str8: a longer key (V1, Cursus, the SDK) is cut at 255 bytes
                 msgs = [TankMessage(r.offset + 1, r.timestamp, r.key[:255] if r.key else r.key, r.value)
-                        for r in records]
+                        for r in piece.records]
                 dense = all(m.seq == h.base_offset + 1 + j for j, m in enumerate(msgs))
-                if not dense and i == 0:
+                if not dense and first:
                     chunk.sparse_first = True
                     chunk.base_seq = 0
                 chunk.add(encode_chunk_record(encode_bundle(msgs, compress=False, sparse=not dense)))
