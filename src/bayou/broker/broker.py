@@ -845,18 +845,8 @@ class Broker:
             count = ids.count if isinstance(ids, IdRun) else len(ids)
             return await self.cluster.forward_produce(topic, partition, build([True] * count), acks,
                                                       deduplicate=True)
-        await self._await_leadership(part)
-        table = part.dedup_state.table
-        if table is None:
-            table = await self._rebuilt(part, part.dedup_state, self._new_dedup_table)
-        self._check_leader(part)
-        self._check_insync(part, acks)
-        # No await from here to the append: no other send to this partition runs in between.
-        keep, staged = table.check(ids)
-        info = self._append_kept(part, keep, lambda: (build(keep), None))
-        if info is not None:
-            table.commit(staged)
-        return await self._acknowledge_kept(part, info, acks)
+        return await self._append_checked(part, part.dedup_state, self._new_dedup_table, ids,
+                                          lambda keep: (build(keep), None), acks)
 
     async def produce_idempotent(self, topic: str, partition: int, producers: Sequence[ProducerSequence],
                                  build: Callable[[list[bool]], tuple[bytes, Stamp]],
@@ -873,38 +863,37 @@ class Broker:
         if self.closing:
             raise BrokerShuttingDown()
         part = await self.ready_partition(topic, partition)
+        return await self._append_checked(part, part.producer_state, self._new_producer_table,
+                                          producers, build, acks)
+
+    async def _append_checked(self, part: Partition, slot: Rebuilt[TableT],
+                              new: Callable[[Partition], tuple[TableT, int]], keys: Any,
+                              build: Callable[[list[bool]], tuple[bytes, Stamp | None]],
+                              acks: Acks) -> ProduceResult:
+        """The one idempotent produce step: check ``keys`` (one per message, in order) against the
+        partition's table of ``slot`` (rebuilt from the log first, by ``new``'s table from its
+        offset, if need be), append ``build(keep)``'s batch of the kept messages, commit. No await
+        from the check to the commit, so concurrent sends to a partition cannot both store one
+        sequence; the table changes only once the append succeeded.
+
+        When every message is a replay nothing is appended and the result is an empty range at the
+        log end: ``base_offset`` = the next offset, ``last_offset`` = ``base_offset - 1``; under
+        fsync=always it is returned once the log is durable up to there (the replayed originals
+        may still have been waiting for their fsync)."""
         await self._await_leadership(part)
-        table = part.producer_state.table
+        table = slot.table
         if table is None:
-            table = await self._rebuilt(part, part.producer_state, self._new_producer_table)
+            table = await self._rebuilt(part, slot, new)
         self._check_leader(part)
         self._check_insync(part, acks)
-        keep, staged = table.check(producers)  # no await from here to the commit (produce_unique)
-        info = self._append_kept(part, keep, lambda: build(keep))
-        if info is not None:
+        keep, staged = table.check(keys)
+        if any(keep):
+            batch, stamp = build(keep)
+            if stamp is None:
+                info = part.log.append(batch, leader_epoch=self._epoch(part))
+            else:
+                info = part.log.append(batch, verify_crc=False, stamp=stamp, leader_epoch=self._epoch(part))
             table.commit(staged)
-        return await self._acknowledge_kept(part, info, acks)
-
-    def _append_kept(self, part: Partition, keep: list[bool],
-                     build: Callable[[], tuple[bytes, Stamp | None]]) -> AppendInfo | None:
-        """The append of an idempotent send once checked: the kept messages, or None when every
-        one was a replay. The check, this append and the table's commit run in one synchronous
-        step, so concurrent sends to a partition cannot both store one sequence; the table
-        changes only once the append succeeded."""
-        if not any(keep):
-            return None
-        batch, stamp = build()
-        if stamp is None:
-            return part.log.append(batch, leader_epoch=self._epoch(part))
-        return part.log.append(batch, verify_crc=False, stamp=stamp, leader_epoch=self._epoch(part))
-
-    async def _acknowledge_kept(self, part: Partition, info: AppendInfo | None, acks: Acks) -> ProduceResult:
-        """``_acknowledge`` of an idempotent send. When every message was a replay nothing was
-        appended and the result is an empty range at the log end: ``base_offset`` = the next
-        offset, ``last_offset`` = ``base_offset - 1``; under fsync=always it is returned once the
-        log is durable up to there (the replayed originals may still have been waiting for their
-        fsync)."""
-        if info is not None:
             return await self._acknowledge(part, info, acks)
         end = part.log.next_offset
         if part.log.config.fsync.mode == "always" and part.log.durable_offset < end:

@@ -40,12 +40,17 @@ _SCAN_BYTES = 8 << 20
 
 
 class Table(Protocol):
-    """What ``rebuild`` needs of a table: the (offset, key) pairs a stored batch holds, and
-    taking keys in, in log order."""
+    """An idempotence table: ``check`` a send's keys (which to keep, and what to stage), ``commit``
+    the staged state once the kept messages are appended; for ``rebuild``, the (offset, key)
+    pairs a stored batch holds and taking keys in, in log order."""
 
     KIND: ClassVar[str]  # what the broker's log calls it
 
     def __len__(self) -> int: ...
+
+    def check(self, keys: Any) -> tuple[list[bool], Any]: ...
+
+    def commit(self, staged: Any) -> None: ...
 
     @staticmethod
     def stored(buf: Buffer, pos: int) -> Sequence[tuple[int, Any]]: ...
@@ -99,22 +104,16 @@ class ProducerTable:
                 keep.append(True)
                 continue
             cur = staged.get(pid) or self.entries.get(pid)
-            if cur is None or now - cur.touched > self.ttl_s:
+            if cur is not None and now - cur.touched > self.ttl_s:
+                cur = None  # expired: a new producer again
+            if cur is not None and epoch < cur.epoch:
+                raise ProducerFenced(f"stale_producer_epoch producer={pid.decode(errors='replace')} "
+                                     f"current={cur.epoch} got={epoch}")
+            if cur is None or epoch > cur.epoch:
                 if seq != 1:
-                    raise OutOfOrderSequence(
-                        f"idempotency error: first message for producer {pid.decode(errors='replace')} "
-                        f"must have seqNum 1, got {seq}")
-                staged[pid] = ProducerEntry(epoch, 1, now)
-                keep.append(True)
-            elif epoch < cur.epoch:
-                raise ProducerFenced(
-                    f"stale_producer_epoch producer={pid.decode(errors='replace')} "
-                    f"current={cur.epoch} got={epoch}")
-            elif epoch > cur.epoch:
-                if seq != 1:
-                    raise OutOfOrderSequence(
-                        f"idempotency error: first message in new producer epoch {epoch} for producer "
-                        f"{pid.decode(errors='replace')} must have seqNum 1, got {seq}")
+                    first = "first message" if cur is None else f"first message in new producer epoch {epoch}"
+                    raise OutOfOrderSequence(f"idempotency error: {first} for producer "
+                                             f"{pid.decode(errors='replace')} must have seqNum 1, got {seq}")
                 staged[pid] = ProducerEntry(epoch, 1, now)
                 keep.append(True)
             elif seq <= cur.last_seq:

@@ -32,18 +32,21 @@ follows the attributes byte.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import crc32c
 
 from bayou.errors import CorruptRecord
 from bayou.records.compression import DEFAULT_MAX_DECOMPRESSED, Compression, compress, decompress
 from bayou.records.formats import FORMAT_RECORDS as FORMAT_RECORDS  # re-exported
-from bayou.records.formats import FORMATS, ProducerSequence, payload_format
+from bayou.records.formats import FORMATS, PayloadFormat, ProducerSequence, payload_format
 from bayou.records.model import Record as Record  # re-exported: the batch API speaks Record
 from bayou.records.v2 import RECORD_HAS_MESSAGE_ID as RECORD_HAS_MESSAGE_ID  # re-exported
 from bayou.records.v2 import encode_record
+
+R = TypeVar("R")
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -256,32 +259,33 @@ def decode_records(
     return payload_format(h.payload_format).decode(data, h)
 
 
+def _read_section(buf: Buffer, pos: int, max_decompressed: int,
+                  reader: Callable[[PayloadFormat], Callable[[Buffer, BatchHeader], list[R]] | None]
+                  ) -> list[R]:
+    """``reader(format)`` applied to the (decompressed) records section of the batch at ``pos``;
+    nothing when its format has no such reader or it holds no record."""
+    h = decode_header(buf, pos)
+    if len(buf) - pos < h.size:
+        raise CorruptRecord("truncated batch")
+    fmt = FORMATS.get(h.payload_format)
+    read = reader(fmt) if fmt is not None else None
+    if read is None or not h.record_count:
+        return []
+    body = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
+    data: Buffer = body if not h.compression else decompress(h.compression, bytes(body), max_decompressed)
+    return read(data, h)
+
+
 def message_ids(buf: Buffer, pos: int = 0, *,
                 max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> list[tuple[int, int]]:
     """(offset, message id) of every record of the batch at ``pos`` that carries an id, in order,
     without decoding keys, values or headers (the de-duplication rebuild reads only these). Only
     the formats with ``message_ids`` in records/formats.py carry ids (records and Iggy frames)."""
-    h = decode_header(buf, pos)
-    if len(buf) - pos < h.size:
-        raise CorruptRecord("truncated batch")
-    fmt = FORMATS.get(h.payload_format)
-    if fmt is None or fmt.message_ids is None or not h.record_count:
-        return []
-    body = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
-    data: Buffer = body if not h.compression else decompress(h.compression, bytes(body), max_decompressed)
-    return fmt.message_ids(data, h)
+    return _read_section(buf, pos, max_decompressed, lambda f: f.message_ids)
 
 
 def producer_sequences(buf: Buffer, pos: int = 0, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
                        ) -> list[tuple[int, ProducerSequence]]:
     """(offset, (producer id, epoch, sequence)) of every idempotent send's record of the batch at
     ``pos`` (Cursus messages carry them): what the producer state is rebuilt from."""
-    h = decode_header(buf, pos)
-    if len(buf) - pos < h.size:
-        raise CorruptRecord("truncated batch")
-    fmt = FORMATS.get(h.payload_format)
-    if fmt is None or fmt.producer_sequences is None or not h.record_count:
-        return []
-    body = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
-    data: Buffer = body if not h.compression else decompress(h.compression, bytes(body), max_decompressed)
-    return fmt.producer_sequences(data, h)
+    return _read_section(buf, pos, max_decompressed, lambda f: f.producer_sequences)
