@@ -33,6 +33,7 @@ from bayou.errors import (
     InvalidPartitions,
     InvalidRequest,
     NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
     NotLeader,
     OffsetOutOfRange,
     PartitionLimitReached,
@@ -901,6 +902,11 @@ class Broker:
         if part.cluster is not None:
             min_isr = self.min_insync_replicas(part.topic)
             while not (part.cluster.hw > last_offset and len(part.cluster.isr) >= min_isr):
+                if part.cluster.hw > last_offset:  # the ISR shrank under min.insync after the append
+                    isr = list(part.cluster.isr)
+                    raise NotEnoughReplicasAfterAppend(
+                        f"appended, but only {len(isr)} replicas remain in sync ({isr}), "
+                        f"min.insync.replicas={min_isr}")
                 left = deadline - time.monotonic()
                 if left <= 0 or self.closing:
                     raise ReplicationTimeout()

@@ -20,6 +20,7 @@ from bayou.errors import (
     InvalidRequest,
     InvalidTopicName,
     NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
     NotLeader,
     PartitionNotAssigned,
     ReplicationTimeout,
@@ -63,6 +64,7 @@ ERROR_MAP: dict[type[BayouError], tuple[Code, str | None]] = {
     NotLeader: (Code.NOT_LEADER, "partition leader unavailable on this broker"),
     ReplicationTimeout: (Code.REPLICATION_TIMEOUT, "acks=all timeout"),
     NotEnoughReplicas: (Code.REPLICATION_TIMEOUT, "not enough in-sync replicas"),
+    NotEnoughReplicasAfterAppend: (Code.REPLICATION_TIMEOUT, None),  # says the records were stored
     GroupNotFound: (Code.GENERATION_MISMATCH, "group not found"),
     IllegalGeneration: (Code.GENERATION_MISMATCH, "stale generation"),
     UnknownMember: (Code.GENERATION_MISMATCH, "unknown member"),
