@@ -196,8 +196,9 @@ class Adapter(ABC):
     async def log_start(self, topic: str, partition: int) -> int:
         """The partition's first offset still stored, as the protocol reports it."""
 
+    @classmethod
     @abstractmethod
-    def bad_inputs(self, topic: str) -> list[BadInput]:
+    def bad_inputs(cls, topic: str) -> list[BadInput]:
         """Malformed requests against ``topic`` (one partition, holding records) and their answers."""
 
     @abstractmethod
@@ -292,7 +293,8 @@ class V1Adapter(Adapter):
         assert starts is not None, described
         return int(starts[1].split()[partition])
 
-    def bad_inputs(self, topic: str) -> list[BadInput]:
+    @classmethod
+    def bad_inputs(cls, topic: str) -> list[BadInput]:
         return [  # rtes.md 3 (envelope), 4 (codes), 5 (integers), 7.1 [R], 7.2 [R]
             BadInput("no envelope", b"hello", "V1|0|ERR|BAD_REQUEST|expected format "
                      "V1|<correlation_id>|<command>|<args>", True),
@@ -418,7 +420,8 @@ class CursusAdapter(Adapter):
         assert found is not None, reply
         return int(found[1])
 
-    def bad_inputs(self, topic: str) -> list[BadInput]:
+    @classmethod
+    def bad_inputs(cls, topic: str) -> list[BadInput]:
         def batch_error(reason: str) -> str:
             return f'ERROR: batch_decode_failed reason="{reason}"'
         return [  # cursus.md 2.4 (classification), 4.16, 6.2 (produce errors), 3 (commands)
@@ -564,20 +567,21 @@ class IggyAdapter(Adapter):
         assert polled.messages, "an empty partition has no first message"
         return int(polled.messages[0].offset)
 
-    def bad_inputs(self, topic: str) -> list[BadInput]:
+    @classmethod
+    def bad_inputs(cls, topic: str) -> list[BadInput]:
         t = im.Identifier(topic)
         whole_poll = iggy_codec.encode_request(
             poll(DEFAULT_STREAM, topic, 0, kind=im.PollingKind.FIRST), iggy_codec.Dialect.VSR)
         whole_send = iggy_codec.encode_request(send(DEFAULT_STREAM, topic, 0, [b"never stored"]),
                                                iggy_codec.Dialect.VSR)
-        return [  # iggy.md B.6 / C.6: a request the server cannot decode is 3 InvalidCommand
+        return [  # iggy.md B.6 / C.6: a request the server cannot decode is 3 InvalidCommand; B.5, E.4
             BadInput("unknown command code", (999, b""), f"status {Status.INVALID_COMMAND}", True),
             BadInput("truncated poll", (Command.POLL_MESSAGES, whole_poll[:-3]),
                      f"status {Status.INVALID_COMMAND}", True),
             BadInput("poll with trailing bytes", (Command.POLL_MESSAGES, whole_poll + b"\x00"),
                      f"status {Status.INVALID_COMMAND}", True),
-            BadInput("truncated send", (Command.SEND_MESSAGES, whole_send[:-5]),
-                     f"status {Status.INVALID_COMMAND}", True),
+            BadInput("send whose message area is cut short", (Command.SEND_MESSAGES, whole_send[:-5]),
+                     f"status {Status.INVALID_MESSAGES_SIZE}", True),  # B.5: 4036, not tiled
             BadInput("store an offset past the end",
                      (Command.STORE_CONSUMER_OFFSET, iggy_codec.encode_request(im.StoreConsumerOffset(
                          im.Consumer(im.ConsumerKind.CONSUMER, im.Identifier(1)),
@@ -710,7 +714,8 @@ class TankAdapter(Adapter):
         first = (await self._discover(topic, partition)).first_available
         return max(int(first) - 1, 0)
 
-    def bad_inputs(self, topic: str) -> list[BadInput]:
+    @classmethod
+    def bad_inputs(cls, topic: str) -> list[BadInput]:
         name = topic.encode()
         return [  # tank.md 1 and the server's docstring: malformed frames close without a reply
             BadInput("unknown message id", b"\x42\x00\x00\x00\x00", "", False),
