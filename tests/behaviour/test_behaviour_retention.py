@@ -2,36 +2,24 @@
 segments, every protocol sees the same log start, and a fetch below it gets the protocol's
 documented answer (served from the log start, or an out-of-range error naming it).
 
-This module runs its own broker: 256-byte segments (so a few records fill several) and a
-retention pass every 100 ms."""
+The tests run on ``small_broker`` (conftest): 256-byte segments, a retention pass every 100 ms."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from behaviour.adapters import Adapter, Out, V1Adapter
 from behaviour.adapters import Feature as F
-from behaviour.harness import connected, for_each, start_broker, topic_name
+from behaviour.harness import connected, for_each, topic_name
 from support.brokers import BrokerProcess
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
-CONFIG = "[broker]\nretention_check_interval_ms = 100\n\n[log]\nsegment_bytes = 256\n"
 LIMIT = 600  # bytes per partition: a few 256-byte segments stay
 SENT = [Out(f"value-{i:03d}-".encode() + b"x" * 60, f"key-{i}".encode()) for i in range(24)]
-
-
-@pytest.fixture(scope="module")
-def small_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = start_broker(tmp_path_factory.mktemp("retention"), CONFIG)
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 async def fill_and_settle(a: Adapter, broker: BrokerProcess, topic: str) -> int:
