@@ -39,7 +39,7 @@ from bayou.protocols.tank.bundles import TankMessage, decode_chunk, encode_bundl
 from bayou.protocols.tank.codes import ConsumeFlag, ProduceError
 from support.brokers import LineConn
 from support.cursus import FrameConn, build_batch, envelope, message
-from support.iggy import Closed, IggyStatusError, VsrConn, poll, send, vsr_login
+from support.iggy import PROTOCOL, Closed, IggyStatusError, VsrConn, poll, send, vsr_login
 from support.tank import TankConn
 
 
@@ -479,9 +479,26 @@ class IggyAdapter(Adapter):
     unknown_topic_read = "error"  # TOPIC_NAME_NOT_FOUND
 
     conn: VsrConn
+    # One personal access token per broker: the first connection logs in with root's password
+    # and makes it, the others log in with it (iggy.md C.7), which skips an Argon2 check each.
+    _tokens: ClassVar[dict[int, str]] = {}
 
     async def open(self) -> None:
-        self.conn = await vsr_login(self.broker.iggy_port)
+        self.conn = await self.login(self.broker.iggy_port)
+
+    @classmethod
+    async def login(cls, port: int) -> VsrConn:
+        token = cls._tokens.get(port)
+        if token is None:
+            conn = await vsr_login(port)
+            raw = await conn.call(im.CreatePersonalAccessToken(f"behaviour-{port}", 0))
+            cls._tokens[port] = raw.token
+            return conn
+        conn = await VsrConn.open(port)
+        reply = await conn.call(im.LoginRegisterWithToken(PROTOCOL, "rust-sdk", "0.11.0", token))
+        assert isinstance(reply, im.LoginRegisterReply), reply
+        conn.session = reply.session
+        return conn
 
     async def close(self) -> None:
         await self.conn.close()
@@ -591,7 +608,7 @@ class IggyAdapter(Adapter):
 
     async def send_bad(self, case: BadInput) -> tuple[str, bool]:
         code, body = case.request
-        conn = await vsr_login(self.broker.iggy_port)
+        conn = await self.login(self.broker.iggy_port)
         try:
             try:
                 operation = OPERATION_OF.get(Command(code), Operation.NON_REPLICATED)
