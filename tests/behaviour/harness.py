@@ -22,7 +22,8 @@ def start_broker(root: Path, config: str) -> BrokerProcess:
     root.mkdir(parents=True, exist_ok=True)
     path = root / "bayou.toml"
     path.write_text(config)
-    return BrokerProcess(root / "data", "--config", str(path), fsync="never").start()
+    # a generous start: the Iggy listener makes its root user (Argon2) first, slow on busy cores
+    return BrokerProcess(root / "data", "--config", str(path), fsync="never").start(timeout=90)
 
 
 def topic_name(prefix: str = "b") -> str:
@@ -38,6 +39,16 @@ async def connected(cls: type[Adapter], broker: BrokerProcess) -> AsyncIterator[
         yield adapter
     finally:
         await adapter.close()
+
+
+@asynccontextmanager
+async def pair(broker: BrokerProcess, producer: type[Adapter], reader: type[Adapter], partitions: int = 1
+               ) -> AsyncIterator[tuple[str, Adapter, Adapter]]:
+    """A fresh topic of ``partitions`` made through ``producer``, and a connection of each side."""
+    topic = topic_name()
+    async with connected(producer, broker) as p, connected(reader, broker) as r:
+        await p.create_topic(topic, partitions)
+        yield topic, p, r
 
 
 def for_each(*needed: Feature) -> Any:

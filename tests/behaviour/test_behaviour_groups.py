@@ -9,7 +9,7 @@ import pytest
 
 from behaviour.adapters import Adapter, Out
 from behaviour.adapters import Feature as F
-from behaviour.harness import connected, for_pairs, topic_name
+from behaviour.harness import for_pairs, pair
 from support.brokers import BrokerProcess
 from support.oracles import fnv1a_32
 
@@ -32,10 +32,8 @@ def keys_for_partition_0(n: int, partitions: int) -> list[bytes]:
 @for_pairs(produce=(F.CREATE_TOPIC, F.GROUP_OFFSETS), read=(F.GROUP_OFFSETS,))
 async def test_committed_offsets_are_shared_across_protocols(broker: BrokerProcess, producer: type[Adapter],
                                                              reader: type[Adapter]) -> None:
-    topic = topic_name()
-    group = f"iggy.{topic}.shared"
-    async with connected(producer, broker) as p, connected(reader, broker) as r:
-        await p.create_topic(topic, 2)
+    async with pair(broker, producer, reader, 2) as (topic, p, r):
+        group = f"iggy.{topic}.shared"
         await p.produce(topic, 0, [Out(b"v%d" % i, k) for i, k in enumerate(keys_for_partition_0(5, 2))])
         await p.commit(group, topic, 0, 3)
         assert await r.committed(group, topic, 0) == 3

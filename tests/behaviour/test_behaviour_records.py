@@ -11,7 +11,7 @@ import pytest
 
 from behaviour.adapters import ADAPTERS, Adapter, Fetched, Out, Rec, Rejected
 from behaviour.adapters import Feature as F
-from behaviour.harness import connected, for_each, for_pairs, topic_name
+from behaviour.harness import connected, for_each, for_pairs, pair, topic_name
 from support.brokers import BrokerProcess
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -39,10 +39,8 @@ def shown(got: list[Rec], reader: type[Adapter]) -> list[Rec]:
 
 async def produce_and_read(broker: BrokerProcess, producer: type[Adapter], reader: type[Adapter],
                            *, headers: bool = False) -> tuple[str, list[Out], list[Rec], int, int]:
-    topic = topic_name()
     sent = records(5, producer.name, headers=headers)
-    async with connected(producer, broker) as p, connected(reader, broker) as r:
-        await p.create_topic(topic, 1)
+    async with pair(broker, producer, reader) as (topic, p, r):
         before = int(time.time() * 1000)
         await p.produce(topic, 0, sent[:2])
         await p.produce(topic, 0, sent[2:])
@@ -72,10 +70,8 @@ async def test_headers_come_back_exactly(broker: BrokerProcess, producer: type[A
 @for_pairs(produce=(F.CREATE_TOPIC,))
 async def test_fetch_from_an_offset_in_the_middle(broker: BrokerProcess, producer: type[Adapter],
                                                   reader: type[Adapter]) -> None:
-    topic = topic_name()
     sent = records(6, "mid")
-    async with connected(producer, broker) as p, connected(reader, broker) as r:
-        await p.create_topic(topic, 1)
+    async with pair(broker, producer, reader) as (topic, p, r):
         for i in range(0, 6, 2):
             await p.produce(topic, 0, sent[i:i + 2])  # three stored batches
         for start in (1, 3, 5):  # inside a batch, at a batch boundary's next, the last one
@@ -120,9 +116,7 @@ async def test_fetch_from_an_unknown_topic(broker: BrokerProcess, proto: type[Ad
 @for_pairs(produce=(F.CREATE_TOPIC,))
 async def test_fetch_from_an_unknown_partition(broker: BrokerProcess, producer: type[Adapter],
                                                reader: type[Adapter]) -> None:
-    topic = topic_name()
-    async with connected(producer, broker) as p, connected(reader, broker) as r:
-        await p.create_topic(topic, 1)
+    async with pair(broker, producer, reader) as (topic, p, r):
         await p.produce(topic, 0, records(1, "p"))
         got = await r.fetch(topic, 3, 0)
         assert got.error == "unknown_partition" and got.records == [], got
@@ -148,9 +142,7 @@ async def test_produce_to_an_unknown_topic_or_partition_is_refused(broker: Broke
 @for_pairs(produce=(F.CREATE_TOPIC, F.CHOOSE_PARTITION))
 async def test_partitions_are_separate_logs(broker: BrokerProcess, producer: type[Adapter],
                                            reader: type[Adapter]) -> None:
-    topic = topic_name()
-    async with connected(producer, broker) as p, connected(reader, broker) as r:
-        await p.create_topic(topic, 3)
+    async with pair(broker, producer, reader, 3) as (topic, p, r):
         for partition in (2, 0, 2):
             await p.produce(topic, partition, [Out(f"v-{partition}".encode(), b"k")])
         assert [(x.offset, x.value) for x in await r.fetch_all(topic, 2)] == [(0, b"v-2"), (1, b"v-2")]

@@ -10,7 +10,7 @@ import pytest
 
 from behaviour.adapters import Adapter, Out
 from behaviour.adapters import Feature as F
-from behaviour.harness import connected, for_each, for_pairs, topic_name
+from behaviour.harness import connected, for_each, for_pairs, pair, topic_name
 from support.brokers import BrokerProcess
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -31,9 +31,7 @@ async def clock_passes(ms: int) -> None:
 @for_pairs(produce=(F.CREATE_TOPIC,), read=(F.FETCH_BY_TIME,))
 async def test_fetch_from_a_timestamp(broker: BrokerProcess, producer: type[Adapter],
                                       reader: type[Adapter]) -> None:
-    topic = topic_name()
-    async with connected(producer, broker) as p, connected(reader, broker) as r:
-        await p.create_topic(topic, 1)
+    async with pair(broker, producer, reader) as (topic, p, r):
         start = int(time.time() * 1000)
         await p.produce(topic, 0, values("early", 3))
         mark = int(time.time() * 1000) + 1  # after every early record's timestamp
@@ -50,10 +48,7 @@ async def test_fetch_from_a_timestamp(broker: BrokerProcess, producer: type[Adap
 @for_pairs(produce=(F.CREATE_TOPIC,), read=(F.LONG_POLL,))
 async def test_a_long_poll_is_woken_by_a_produce(broker: BrokerProcess, producer: type[Adapter],
                                                  reader: type[Adapter]) -> None:
-    topic = topic_name()
-    async with connected(producer, broker) as p, connected(reader, broker) as r, \
-            connected(reader, broker) as other:
-        await p.create_topic(topic, 1)
+    async with pair(broker, producer, reader) as (topic, p, r), connected(reader, broker) as other:
         await p.produce(topic, 0, values("before", 1))
         waiting = asyncio.create_task(r.long_poll(topic, 0, 1, wait_ms=30_000))
         try:

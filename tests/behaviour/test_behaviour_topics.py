@@ -7,7 +7,7 @@ import pytest
 
 from behaviour.adapters import Adapter
 from behaviour.adapters import Feature as F
-from behaviour.harness import connected, for_pairs, topic_name
+from behaviour.harness import for_pairs, pair
 from support.brokers import BrokerProcess
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -16,9 +16,7 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 @for_pairs(produce=(F.CREATE_TOPIC, F.DELETE_TOPIC))
 async def test_a_topic_made_and_deleted_through_one_protocol(broker: BrokerProcess, producer: type[Adapter],
                                                              reader: type[Adapter]) -> None:
-    topic = topic_name()
-    async with connected(producer, broker) as p, connected(reader, broker) as r:
-        await p.create_topic(topic, 2)
+    async with pair(broker, producer, reader, 2) as (topic, p, r):
         for partition in (0, 1):
             got = await r.fetch(topic, partition, 0)
             assert got.error is None and got.records == [], got
