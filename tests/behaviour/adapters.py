@@ -491,7 +491,15 @@ class IggyAdapter(Adapter):
         token = cls._tokens.get(port)
         if token is None:
             conn = await vsr_login(port)
-            raw = await conn.call(im.CreatePersonalAccessToken(f"behaviour-{port}", 0))
+            try:
+                raw = await conn.call(im.CreatePersonalAccessToken(f"behaviour-{port}", 0))
+            except IggyStatusError as exc:  # another connection logging in at once made it first
+                if exc.status != 51:  # PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS
+                    raise
+                # a failed request leaves this connection's VSR request numbering behind the
+                # server's: log in afresh on a new one
+                await conn.close()
+                return await vsr_login(port)
             cls._tokens[port] = raw.token
             return conn
         conn = await VsrConn.open(port)

@@ -22,28 +22,13 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
 RUN_FOR = 5.0  # seconds of reading while segments go; each race below shows within the first two
 
-# Root cause shared by the first three: Broker.fetch checks the log start on the event loop and
-# reads in the I/O thread; when a retention pass deletes the segment in between, Log.read raises
-# OffsetOutOfRange, Broker._read turns it into None, and fetch answers an empty FetchResult, as if
-# the offset were the log end.
-KNOWN_RACES = {
-    "v1": "broker bug: CONSUME racing a retention pass answers 'messages= hw=<hw>' (nothing) for an "
-          "offset that holds records (Broker.fetch, above), or 'ERR|BAD_REQUEST|offset N is below the "
-          "log start M' when the pass runs between RtesService._records' clamp and its fetch; rtes.md "
-          "7.2 [R] says to start from the earliest record instead",
-    "cursus": "broker bug: CONSUME racing a retention pass answers an empty batch (which reads as 'at "
-              "the log end') instead of the records or ERROR: OFFSET_OUT_OF_RANGE (Broker.fetch, above)",
-    "iggy": "broker bug: POLL_MESSAGES (First) racing a retention pass answers no messages although the "
-            "partition holds records (Broker.fetch, above), or status 4100 InvalidOffset when the pass runs "
-            "between IggyService._poll reading the log start and its fetch (iggy.md E.3: First is the first "
-            "offset still stored)",
-    "tank": "broker bug: DiscoverPartitions (and Consume) racing a retention pass drops the connection: "
-            "tank_store.first_available reads the log start, then Broker.locate raises OffsetOutOfRange, "
-            "which nothing catches ('connection handler failed' in the broker log)",
-}
-
-CASES = [pytest.param(cls, id=cls.name, marks=[pytest.mark.xfail(strict=True, reason=KNOWN_RACES[cls.name])]
-                      if cls.name in KNOWN_RACES else []) for cls in ADAPTERS]
+# Each protocol failed here before the fix (Broker.fetch checked the log start on the event loop
+# and read in the I/O thread; a retention pass between the two made the read an empty answer, as
+# if the offset were the log end; V1 and Iggy clamped to a start that moved before their fetch;
+# TANK's first_available let locate's OffsetOutOfRange end the connection). Broker.fetch now
+# checks the start again after such a read, and clamps for the protocols that clamp
+# (``from_log_start``).
+CASES = [pytest.param(cls, id=cls.name) for cls in ADAPTERS]
 
 
 READERS = 4  # connections reading at once: each one more chance to be inside the race's window

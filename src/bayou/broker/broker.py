@@ -922,13 +922,16 @@ class Broker:
 
     async def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
                     max_records: int | None = None, max_wait_ms: int = 0, min_bytes: int = 1,
-                    upto_log_end: bool = False) -> FetchResult:
+                    upto_log_end: bool = False, from_log_start: bool = False) -> FetchResult:
         """Whole batches from the one holding ``offset`` up to the high watermark, at most
         ``max_bytes`` and (batch-granular) ``max_records``, but always at least one batch.
 
         With ``max_wait_ms``, waits until at least ``min_bytes`` are available or the time passes.
-        An offset below the log start raises OffsetOutOfRange; one at or past the end returns
-        nothing (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches).
+        An offset below the log start raises OffsetOutOfRange, or with ``from_log_start`` reads
+        from the log start instead (V1 and Iggy clamp so); one at or past the end returns nothing
+        (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches).
+        Retention may remove the segment while the read runs: the start is then checked again,
+        never answered as an empty read.
         """
         self.authorize("poll", topic)
         if upto_log_end:  # records not yet committed: a replica's read (V1 BROKER_FETCH), not a consumer's
@@ -947,10 +950,14 @@ class Broker:
                 hw = part.log.next_offset if upto_log_end else part.high_watermark
                 start = part.log.log_start_offset
                 if offset < start:
-                    raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")
+                    if not from_log_start:
+                        raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")
+                    offset = start
                 if offset < hw:
                     r = await loop.run_in_executor(self._io, self._read, part, offset, max_bytes, hw,
                                                    max_records)
+                    if r is None and offset < part.log.log_start_offset:
+                        continue  # retention removed the segment meanwhile: check the new start
                     if r is not None and (len(r.data) >= min_bytes or time.monotonic() >= deadline):
                         if not upto_log_end:  # a follower's copy is not client traffic
                             part.bytes_out += len(r.data)

@@ -983,11 +983,11 @@ class CursusService:
             # records it has already processed.
             start = offset if committed is None else max(committed, offset)
         part = self.broker.partition(topic, p)
-        earliest, latest = part.log.log_start_offset, part.high_watermark
-        if start < earliest:
-            raise err("OFFSET_OUT_OF_RANGE", ("requested", start), ("earliest", earliest),
-                      ("latest", latest))
-        messages, count, s0, s1, nxt = await self._read_messages(topic, p, start, limit, wait_ms)
+        try:
+            messages, count, s0, s1, nxt = await self._read_messages(topic, p, start, limit, wait_ms)
+        except OffsetOutOfRange:  # below the start, also when retention moved it during the read
+            raise err("OFFSET_OUT_OF_RANGE", ("requested", start), ("earliest", part.log.log_start_offset),
+                      ("latest", part.high_watermark)) from None
         if count:
             state.positions[(topic, p)] = nxt
         return cb.encode_batch(topic, p, messages, count, s0, s1)

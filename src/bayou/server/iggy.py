@@ -1497,12 +1497,13 @@ class IggyService:
         last = start - 1
         offset = start
         while taken < count and offset < hw:
+            before = offset
             if remote:
                 assert self.broker.cluster is not None
                 r = await self.broker.cluster.consumer_fetch(topic, p, offset, POLL_MAX_BYTES)
             else:
                 r = await self.broker.fetch(topic, p, offset, max_bytes=POLL_MAX_BYTES,
-                                            max_records=count - taken)
+                                            max_records=count - taken, from_log_start=True)
             if not r.data:
                 break
             data = r.data
@@ -1552,7 +1553,7 @@ class IggyService:
                         taken += len(polled)
                         last = polled[-1].offset
                 offset = hi
-            if r.next_offset <= offset and offset == start:
+            if offset == before:  # nothing below hw in what came back (retention moved the start past it)
                 break
         return parts, taken, last
 

@@ -189,7 +189,8 @@ class RtesService:
         size = 0
         while offset < end and len(out) < limit and size < CONSUME_MAX_BYTES:
             res = await self.broker.fetch(topic, partition, offset, max_bytes=CONSUME_MAX_BYTES - size,
-                                          max_records=limit - len(out), upto_log_end=upto_log_end)
+                                          max_records=limit - len(out), upto_log_end=upto_log_end,
+                                          from_log_start=True)  # rtes.md 7.2: from the earliest record
             if not res.data:
                 break
             for pos, h in iter_batches(res.data):

@@ -30,6 +30,7 @@ from bayou.errors import (
     BayouError,
     InvalidTopicName,
     NotLeader,
+    OffsetOutOfRange,
     StorageError,
     TopicAlreadyExists,
     Unauthorized,
@@ -233,6 +234,13 @@ class TankService:
                     None, False)
         try:
             chunk = await read_chunk(self.broker, topic, p.partition, seq, p.fetch_size)
+        except OffsetOutOfRange:  # retention removed ``seq`` since first_available: the same fault
+            try:
+                first = await first_available(self.broker, topic, p.partition)
+            except StorageError as exc:
+                return m.ConsumePartitionResult(p.partition, consume_flag_for(exc)), None, False
+            return (m.ConsumePartitionResult(p.partition, ConsumeFlag.BOUNDARY_FAULT, 0, last, first),
+                    None, False)
         except StorageError as exc:
             return m.ConsumePartitionResult(p.partition, consume_flag_for(exc)), None, False
         self._count_out(topic, p.partition, seq, chunk)
