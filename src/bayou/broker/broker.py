@@ -1380,6 +1380,19 @@ class Broker:
         """The directory holding the partition's log (TANK keeps a per-partition config file there)."""
         return self.partition(topic, partition).log.dir
 
+    def partition_replicas(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
+        """(leader, replicas, ISR) of a partition: this broker alone when standalone; in cluster
+        mode ZooKeeper's as this broker last read them (leader -1 and an empty ISR while none)."""
+        me = self.config.broker_id
+        if self.cluster is None:
+            return me, [me], [me]
+        snap = self.cluster.snapshot
+        assignment = snap.topics.get(topic) if snap is not None else None
+        entry = snap.states.get((topic, partition)) if snap is not None else None
+        return (entry[0].leader if entry is not None else -1,
+                list(assignment.partitions.get(partition, ())) if assignment is not None else [],
+                list(entry[0].isr) if entry is not None else [])
+
     def next_round_robin(self, topic: str, partitions: int) -> int:
         """The partition for the topic's next unkeyed, unpartitioned record, in turn."""
         part0 = self.partition(topic, 0)

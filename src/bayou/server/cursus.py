@@ -293,18 +293,8 @@ class CursusService:
         return json.dumps(body, indent=2).encode()
 
     def _roles(self, topic: str, partition: int) -> dict[str, int | list[int]]:
-        """Leader, replicas and ISR of a partition: this broker alone when standalone; in cluster
-        mode ZooKeeper's as this broker last read them (leader -1 and an empty ISR while none)."""
-        me = self.broker.config.broker_id
-        cluster = self.broker.cluster
-        if cluster is None:
-            return {"leader": me, "replicas": [me], "isr": [me]}
-        snap = cluster.snapshot
-        assignment = snap.topics.get(topic) if snap is not None else None
-        entry = snap.states.get((topic, partition)) if snap is not None else None
-        return {"leader": entry[0].leader if entry is not None else -1,
-                "replicas": list(assignment.partitions.get(partition, ())) if assignment is not None else [],
-                "isr": list(entry[0].isr) if entry is not None else []}
+        leader, replicas, isr = self.broker.partition_replicas(topic, partition)
+        return {"leader": leader, "replicas": replicas, "isr": isr}
 
     async def list_offsets(self, req: rq.ListOffsets, state: ConnState, conn: Connection | None) -> bytes:
         await self._topic_exists(req.topic)

@@ -37,6 +37,8 @@ async def test_topic_and_partition_lookups(tmp_path: Path) -> None:
         assert b.partition_dir("t", 2) == tmp_path / "d" / "topics" / "t" / "2"
         assert b.partition_dir("t", 2).is_dir()
         assert [b.next_round_robin("t", 3) for _ in range(4)] == [0, 1, 2, 0]
+        me = b.config.broker_id  # standalone: this broker leads every partition alone
+        assert b.partition_replicas("t", 0) == (me, [me], [me])
     finally:
         await b.stop()
 
