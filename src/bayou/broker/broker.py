@@ -9,6 +9,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bayou.broker.authz import Action, Authorizer, current_principal
@@ -1366,6 +1368,69 @@ class Broker:
     def _generation(self, group: str) -> int:
         g = self.groups.groups.get(group)
         return g.generation if g else 0
+
+    # -- the front ends' facade ----------------------------------------------------------------
+    # Lookups the protocol services need for their replies, so that server/ never reaches into
+    # the broker's internals (the group table, topic metadata, partitions' logs, the storage
+    # layout). They check no authorization: the request they answer was checked by the call
+    # it made (or answers an error that names only what the client sent).
+
+    @staticmethod
+    def check_topic_name(name: str) -> str:
+        """``name`` if it is a valid topic name; raises InvalidTopicName (storage's rule)."""
+        return validate_topic_name(name)
+
+    def topic_config(self, topic: str) -> MappingProxyType[str, str]:
+        """The topic's configuration overrides (bayou keys), read-only."""
+        return MappingProxyType(self.topic(topic).meta.config)
+
+    def partition_bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(log start offset, high watermark): the range a consumer may read."""
+        part = self.partition(topic, partition)
+        return part.log.log_start_offset, part.high_watermark
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        """The directory holding the partition's log (TANK keeps a per-partition config file there)."""
+        return self.partition(topic, partition).log.dir
+
+    def partition_replicas(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
+        """(leader, replicas, ISR) of a partition: this broker alone when standalone; in cluster
+        mode ZooKeeper's as this broker last read them (leader -1 and an empty ISR while none)."""
+        me = self.config.broker_id
+        if self.cluster is None:
+            return me, [me], [me]
+        snap = self.cluster.snapshot
+        assignment = snap.topics.get(topic) if snap is not None else None
+        entry = snap.states.get((topic, partition)) if snap is not None else None
+        return (entry[0].leader if entry is not None else -1,
+                list(assignment.partitions.get(partition, ())) if assignment is not None else [],
+                list(entry[0].isr) if entry is not None else [])
+
+    def next_round_robin(self, topic: str, partitions: int) -> int:
+        """The partition for the topic's next unkeyed, unpartitioned record, in turn."""
+        part0 = self.partition(topic, 0)
+        p = part0.round_robin % partitions
+        part0.round_robin += 1
+        return p
+
+    def group_generation(self, group: str) -> int:
+        """The group's generation (0 when there is no such group)."""
+        return self._generation(group)
+
+    def group_topic(self, group: str) -> str | None:
+        """The topic the group is bound to; None when there is no such group."""
+        g = self.groups.groups.get(group)
+        return g.topic if g is not None else None
+
+    def group_members(self, group: str) -> frozenset[str]:
+        """The ids of the group's members (none when there is no such group)."""
+        g = self.groups.groups.get(group)
+        return frozenset(g.members) if g is not None else frozenset()
+
+    def group_assignment(self, group: str, member: str) -> list[int]:
+        """The partitions assigned to the member in the current generation."""
+        g = self.groups.groups.get(group)
+        return list(g.assignments.get(member, [])) if g is not None else []
 
     # -- background work -----------------------------------------------------------------------
 
