@@ -7,10 +7,10 @@ REST API, the console's static files) is one more entry there.
 
 from __future__ import annotations
 
-from bayou.server.http import api, api_groups, api_topics, api_users, metrics, probes
+from bayou.server.http import api, api_groups, api_topics, api_users, console, metrics, probes
 from bayou.server.http.frontend import HttpFrontEnd, RouteModule
 
 ROUTE_MODULES: tuple[RouteModule, ...] = (probes.routes, metrics.routes, api.routes, api_topics.routes,
-                                          api_groups.routes, api_users.routes)
+                                          api_groups.routes, api_users.routes, console.routes)
 
 __all__ = ["ROUTE_MODULES", "HttpFrontEnd"]
