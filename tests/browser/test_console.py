@@ -76,6 +76,13 @@ class Console:
     def text(self, css: str) -> str:
         return str(self.el(css).text)
 
+    def go_browse(self) -> None:
+        """Click the message browser's Go and wait for that load to finish."""
+        before = self.el("#browse-records").get_attribute("data-loads")
+        self.el("#browse-go").click()
+        self.wait(lambda: self.el("#browse-records").get_attribute("data-loads") != before or None,
+                  "the browser's next load")
+
     def rows(self, table_id: str) -> list[list[str]]:
         return [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
                 for tr in self.driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr")]
@@ -196,7 +203,7 @@ def test_topic_page_browse_seek_detail_produce(console: Console, broker: BrokerP
     # seek by offset
     Select(console.el("#browse-seek")).select_by_value("offset")
     console.el("#browse-at").send_keys("2")
-    console.el("#browse-go").click()
+    console.go_browse()
     console.wait(lambda: [r[0] for r in console.rows("records-table")] == ["2", "3", "4"] or None,
                  "offset 2 on")
     assert console.rows("records-table")[1][2] == "order-3"
@@ -209,13 +216,13 @@ def test_topic_page_browse_seek_detail_produce(console: Console, broker: BrokerP
     console.shot("topic")
     # json rendering pretty-prints the value
     Select(console.el("#browse-format")).select_by_value("json")
-    console.el("#browse-go").click()
+    console.go_browse()
     console.wait(lambda: console.el('#records-table tr[data-offset="3"]') or None, "json page")
     console.el('#records-table tr[data-offset="3"]').click()
     console.wait(lambda: '"item": "widget-3"' in console.text("#detail-value") or None, "pretty JSON")
     # hex rendering
     Select(console.el("#browse-format")).select_by_value("hex")
-    console.el("#browse-go").click()
+    console.go_browse()
     console.wait(lambda: console.rows("records-table")[0][2] == b"order-2".hex() or None, "hex keys")
     Select(console.el("#browse-format")).select_by_value("text")
     # seek by time: record 3's timestamp gives record 3 first
@@ -225,12 +232,12 @@ def test_topic_page_browse_seek_detail_produce(console: Console, broker: BrokerP
     at = console.el("#browse-at")
     at.clear()
     at.send_keys(str(ts))
-    console.el("#browse-go").click()
+    console.go_browse()
     console.wait(lambda: console.rows("records-table")[0][0] == "3" or None, "time seek to record 3")
     # an empty partition says so
     Select(console.el("#browse-partition")).select_by_value("1")
     Select(console.el("#browse-seek")).select_by_value("newest")
-    console.el("#browse-go").click()
+    console.go_browse()
     console.wait(lambda: "This partition is empty" in console.text("#browse-records") or None, "empty state")
     # produce a test message: it shows up in the browser
     console.el("#produce-key").send_keys("from-browser")

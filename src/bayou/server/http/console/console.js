@@ -139,6 +139,17 @@ function every(ms, fn) {
 
 function enc(s) { return encodeURIComponent(s); }
 
+// A topic's or group's page header: where it is, its name, and a delete button (confirmed).
+function pageHeader(kind, name, listLabel, question) {
+  const list = `#/${kind}s`;
+  const del = h("button", { type: "button", class: "danger", id: `delete-${kind}`, text: `Delete ${kind}`, onclick: async () => {
+    if (!window.confirm(question)) return;
+    try { await api("DELETE", `/${kind}s/${enc(name)}`); go(list); } catch (e) { showError(e); }
+  } });
+  return [h("div", { class: "crumbs" }, h("a", { href: list, text: listLabel }), " / ", name),
+    h("div", { style: "display:flex;justify-content:space-between;align-items:center" }, h("h1", { id: `${kind}-name`, text: name }), del)];
+}
+
 // -- /metrics ------------------------------------------------------------------------------
 
 async function scrapeTotals() {
@@ -351,7 +362,11 @@ async function topicPage(root, name) {
   const bBody = h("div", { id: "browse-records" });
   const bDetail = h("div", { class: "panel", id: "browse-detail" }, h("p", { class: "muted", text: "Select a record to see its key, value and headers." }));
   let page = null;
+  let loads = 0;
   const load = async (query) => {
+    try { await loadPage(query); } finally { bBody.dataset.loads = String(++loads); }
+  };
+  const loadPage = async (query) => {
     const p = bPart.value;
     let q = `limit=${bLimit.value}&format=${bFormat.value}`;
     if (query) q += "&" + query;
@@ -425,13 +440,8 @@ async function topicPage(root, name) {
   h("label", { class: "field", style: "margin-top:8px" }, "Value", pValue), h("label", { class: "field" }, "Headers", pHeaders),
   h("div", { style: "margin-top:8px" }, h("button", { type: "submit", id: "produce-send", text: "Produce" })), pMsg);
 
-  const delBtn = h("button", { type: "button", class: "danger", id: "delete-topic", text: "Delete topic", onclick: async () => {
-    if (!window.confirm(`Delete topic ${name} and all its records?`)) return;
-    try { await api("DELETE", "/topics/" + enc(name)); go("#/topics"); } catch (e) { showError(e); }
-  } });
   root.replaceChildren(
-    h("div", { class: "crumbs" }, h("a", { href: "#/topics", text: "Topics" }), " / ", name),
-    h("div", { style: "display:flex;justify-content:space-between;align-items:center" }, h("h1", { id: "topic-name", text: name }), delBtn),
+    ...pageHeader("topic", name, "Topics", `Delete topic ${name} and all its records?`),
     h("p", { class: "sub", text: `${t.partitions.length} partitions \u00b7 replication factor ${t.replication_factor}` }),
     h("div", { class: "cards" }, card("Partitions", fmtNum(t.partitions.length), { id: "card-topic-partitions" }),
       card("Records", fmtNum(records), { id: "card-topic-records" }), card("Size", fmtBytes(size), { id: "card-topic-size" }),
@@ -499,9 +509,6 @@ async function groupPage(root, name) {
   const g = await api("GET", "/groups/" + enc(name));
   const memberRows = g.members.map((m) => h("tr", {}, h("td", { class: "mono", text: m.id }),
     h("td", { text: m.partitions.join(", ") || "none" }), h("td", { text: fmtTime(m.last_seen_ms) })));
-  const partRows = g.partitions.map((p) => h("tr", {}, h("td", { text: p.topic }), h("td", { class: "num", text: p.partition }),
-    h("td", { class: "num", text: fmtNum(p.committed_offset) }), h("td", { class: "num", text: fmtNum(p.high_watermark) }),
-    h("td", { class: "num", text: fmtNum(p.lag) }), h("td", { class: "mono", text: p.member || "" })));
   const topics = [...new Set(g.partitions.map((p) => p.topic).concat(g.topic ? [g.topic] : []))];
   const rTopic = h("select", { id: "reset-topic" }, topics.map((x) => h("option", { value: x, text: x })));
   const rTo = h("select", { id: "reset-to" }, ["earliest", "latest", "offset", "timestamp"].map((x) => h("option", { value: x, text: x })));
@@ -526,24 +533,19 @@ async function groupPage(root, name) {
   const partsPanel = h("div", { id: "group-partitions" });
   const refreshTables = async () => {
     const fresh = await api("GET", "/groups/" + enc(name));
-    const rows = fresh.partitions.map((p) => h("tr", {}, h("td", { text: p.topic }), h("td", { class: "num", text: p.partition }),
-      h("td", { class: "num", text: fmtNum(p.committed_offset) }), h("td", { class: "num", text: fmtNum(p.high_watermark) }),
-      h("td", { class: "num", text: fmtNum(p.lag) }), h("td", { class: "mono", text: p.member || "" })));
-    fillParts(rows, fresh.partitions);
+    fillParts(fresh.partitions);
     document.querySelector("#card-group-lag .value").textContent = fmtNum(fresh.lag);
   };
-  const fillParts = (rows, parts) => partsPanel.replaceChildren(
+  const fillParts = (parts) => partsPanel.replaceChildren(
     table(["Topic", { label: "Partition", num: true }, { label: "Committed", num: true }, { label: "High watermark", num: true },
-      { label: "Lag", num: true }, "Member"], rows, "No partitions", { id: "lag-table" }),
+      { label: "Lag", num: true }, "Member"], parts.map((p) => h("tr", {}, h("td", { text: p.topic }),
+      h("td", { class: "num", text: p.partition }), h("td", { class: "num", text: fmtNum(p.committed_offset) }),
+      h("td", { class: "num", text: fmtNum(p.high_watermark) }), h("td", { class: "num", text: fmtNum(p.lag) }),
+      h("td", { class: "mono", text: p.member || "" }))), "No partitions", { id: "lag-table" }),
     h("h2", { style: "margin-top:16px", text: "Lag per partition" }), lagChart(parts));
-  fillParts(partRows, g.partitions);
-  const delBtn = h("button", { type: "button", class: "danger", id: "delete-group", text: "Delete group", onclick: async () => {
-    if (!window.confirm(`Delete group ${name} and its committed offsets?`)) return;
-    try { await api("DELETE", "/groups/" + enc(name)); go("#/groups"); } catch (e) { showError(e); }
-  } });
+  fillParts(g.partitions);
   root.replaceChildren(
-    h("div", { class: "crumbs" }, h("a", { href: "#/groups", text: "Consumer groups" }), " / ", name),
-    h("div", { style: "display:flex;justify-content:space-between;align-items:center" }, h("h1", { id: "group-name", text: name }), delBtn),
+    ...pageHeader("group", name, "Consumer groups", `Delete group ${name} and its committed offsets?`),
     h("p", { class: "sub", text: g.topic ? `${g.protocol} group on ${g.topic}, generation ${g.generation}, assignor ${g.assignor}` : "Committed offsets only (no membership kept)" }),
     h("div", { class: "cards" }, card("State", g.state, { id: "card-group-state" }), card("Members", fmtNum(g.members.length), { id: "card-group-members" }),
       card("Total lag", fmtNum(g.lag), { id: "card-group-lag", tone: g.lag ? "warn" : "" })),
