@@ -1,0 +1,1 @@
+"""``bayou cluster``: brokers, controller and partition placement (admin API)."""
