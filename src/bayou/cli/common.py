@@ -148,9 +148,8 @@ def sdk_client(address: Address, user: str, password: str):  # type: ignore[no-u
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror[0].lower() + exc.strerror[1:]
-    return str(exc) or type(exc).__name__
+    text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(exc).__name__
+    return text[:1].lower() + text[1:]
 
 
 def error_line(exc: BaseException) -> str:
