@@ -878,6 +878,19 @@ class IggyService:
         self.login_guard.succeeded(ip)
         return principal
 
+    async def change_users(self, change: Callable[[], Any]) -> Any:
+        """A change of the users made outside an Iggy connection (the HTTP admin API), made as the
+        Iggy commands make theirs: on the hashing pool, the file rewritten later if it cannot be
+        written now, and in cluster mode under the shared lock on the cluster's copy. The store's
+        own errors (UserStoreError) are raised as they are."""
+        async with self._shared_change() if self.broker.cluster is not None else contextlib.nullcontext():
+            try:
+                return await run_in(hash_pool(), change)
+            except OSError as exc:
+                self._write_failed(USERS_FILE, exc)
+                self._rewrite_later()
+                raise StorageError(f"cannot write the Iggy {USERS_FILE}: {exc.strerror or exc}") from None
+
     async def _login_user(self, s: Session, req: m.LoginUser) -> m.LoginReply:
         if s.dialect is None:
             s.dialect = Dialect.LEGACY
