@@ -21,7 +21,7 @@ class AdminError(click.ClickException):
     """The admin API refused a request: its message (and code) on one line, exit 1."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"{message} ({code})" if code and code not in message else message)
+        super().__init__(f"{message} ({code})" if code and code not in message.split(";")[0] else message)
         self.status = status
         self.code = code
 
@@ -92,9 +92,10 @@ def _error_of(exc: urllib.error.HTTPError) -> AdminError:
         raw = exc.read()
     except OSError:
         raw = b""
+    hint = "; log in with --user/--password or --token" if exc.code == 401 else ""
     try:
         err = json.loads(raw)["error"]
-        return AdminError(exc.code, str(err.get("code", "")), str(err.get("message", "")))
+        return AdminError(exc.code, str(err.get("code", "")), str(err.get("message", "")) + hint)
     except (ValueError, KeyError, TypeError, AttributeError):
         text = raw.decode(errors="replace").strip()[:200]
         return AdminError(exc.code, "", f"HTTP {exc.code} {exc.reason}" + (f": {text}" if text else ""))

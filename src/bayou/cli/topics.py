@@ -169,14 +169,14 @@ def topic_alter(name: str, configs: tuple[str, ...], removed: tuple[str, ...], b
 
 @topic.command("add-partitions")
 @click.argument("name")
-@click.option("--count", required=True, type=click.IntRange(1),
-              help="The partition count NAME grows to (the total, as Kafka's --partitions).")
+@click.option("--count", required=True, type=click.IntRange(1), help="How many partitions to add.")
 @bootstrap_option
 @admin_options
 @tls_options
 def topic_add_partitions(name: str, count: int, bootstrap: Address, admin: str | None, user: str | None,
                          password: str | None, token: str | None) -> None:
-    """Grow topic NAME to --count partitions (admin API; partitions are never removed)."""
+    """Add --count partitions to topic NAME (admin API; partitions are never removed). Keys
+    hash over the new count from then on."""
     api = admin_client(bootstrap, admin, user, password, token)
-    api.request("POST", f"/topics/{quote(name)}/partitions", {"count": count})
-    click.echo(f"topic {name} now has {count} partitions")
+    doc = api.request("POST", f"/topics/{quote(name)}/partitions", {"count": count})
+    click.echo(f"topic {name} now has {len(doc['partitions'])} partitions ({count} added)")
