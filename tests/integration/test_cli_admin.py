@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bayou.client import Client, Consumer
+from bayou.protocols.iggy import messages as m
 from support.brokers import BrokerProcess
 
 BAYOU = [sys.executable, "-m", "bayou"]
@@ -250,7 +251,7 @@ def test_admin_address_from_the_environment(broker: BrokerProcess) -> None:
 
 # -- authentication -------------------------------------------------------------------------------
 
-def test_basic_auth(tmp_path: Path) -> None:
+def test_basic_auth_and_tokens(tmp_path: Path) -> None:
     config = tmp_path / "bayou.toml"
     config.write_text('[security]\nanonymous = "none"\n')
     b = BrokerProcess(tmp_path / "data", "--config", str(config), fsync="never").start()
@@ -264,5 +265,10 @@ def test_basic_auth(tmp_path: Path) -> None:
         env = {"BAYOU_USER": "iggy", "BAYOU_PASSWORD": "iggy"}
         header = ["group", "state", "protocol", "members", "topics", "lag"]
         assert ok(bayou("group", "list", *admin(b), env=env)).split() == header
+        with Client(f"127.0.0.1:{b.iggy_port}") as c:  # a personal access token of the root user
+            token = c.conn.call(m.CreatePersonalAccessToken("cli-test", 0)).token
+        assert ok(bayou("group", "list", "--token", token, *admin(b))).split() == header
+        assert ok(bayou("group", "list", *admin(b), env={"BAYOU_TOKEN": token})).split() == header
+        one_line_error(bayou("group", "list", "--token", token + "x", *admin(b)), "UNAUTHORIZED")
     finally:
         assert b.stop() == 0, b.log()

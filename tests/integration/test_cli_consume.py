@@ -212,7 +212,7 @@ def test_consume_into_head_exits_quietly(broker: BrokerProcess, client: Client) 
 
 def test_bare_host_means_the_default_ports(tmp_path: Path) -> None:
     """A broker on the default V1, Iggy and HTTP ports of a loopback address of its own (Linux
-    routes all of 127/8 to lo), so no other test's broker owns them; ``-b HOST`` finds it."""
+    routes all of 127/8 to lo), so no other test's broker owns them; ``-b HOST`` finds all three."""
     host = f"127.{random.randrange(1, 255)}.{random.randrange(1, 255)}.{random.randrange(2, 255)}"
     log = tmp_path / "serve.log"
     with log.open("wb") as logf:
@@ -221,7 +221,7 @@ def test_bare_host_means_the_default_ports(tmp_path: Path) -> None:
                                  "--cursus", "off", "--tank", "off"], stdout=logf, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
-        for port in (9092, 8090):
+        for port in (9092, 8090, 9080):
             while True:
                 assert proc.poll() is None, log.read_text()
                 assert time.monotonic() < deadline, log.read_text()
@@ -235,6 +235,9 @@ def test_bare_host_means_the_default_ports(tmp_path: Path) -> None:
         assert bayou("produce", "bare", "v", "-b", host).returncode == 0
         r = bayou("consume", "bare", "-b", host)  # the Iggy listener: -b's host, port 8090
         assert r.returncode == 0 and r.stdout == "0:0\tv\n", r.stderr
+        r = bayou("cluster", "describe", "--format", "json", "-b", host)  # the admin API: port 9080
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["cluster"]["brokers"][0]["endpoints"]["rtes"] == 9092
     finally:
         proc.terminate()
         proc.wait(30)
