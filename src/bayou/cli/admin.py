@@ -5,6 +5,7 @@ requests per command; errors come back as ``{"error": {"code", "message"}}`` wit
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import urllib.error
 import urllib.parse
@@ -14,7 +15,7 @@ from typing import Any
 
 import click
 
-from bayou.cli.common import HTTP_PORT, Address, parse_address, target, tls
+from bayou.cli.common import HTTP_PORT, Address, bootstrap_option, parse_address, target, tls, tls_options
 
 
 class AdminError(click.ClickException):
@@ -105,9 +106,18 @@ def quote(name: str) -> str:
     return urllib.parse.quote(name, safe="")
 
 
-def admin_options(f: Callable[..., None]) -> Callable[..., None]:
-    """--admin, --user, --password, --token (the command gets them as ``admin``, ``user``, ...)."""
+def admin_api(f: Callable[..., None]) -> Callable[..., None]:
+    """-b, --admin, --user, --password, --token and the --tls* options on an admin-API command,
+    which gets an ``api`` (AdminClient) made of them instead."""
+
+    @functools.wraps(f)
+    def run(*args: Any, bootstrap: Address, admin: str | None, user: str | None, password: str | None,
+            token: str | None, **kwargs: Any) -> None:
+        f(*args, api=AdminClient(admin_url(bootstrap, admin), user=user, password=password, token=token),
+          **kwargs)
+
     options = [
+        bootstrap_option,
         click.option("--admin", metavar="URL", envvar="BAYOU_ADMIN",
                      help=f"The broker's admin API. [default: http://<-b's host>:{HTTP_PORT}; https with "
                           "--tls*]"),
@@ -116,10 +126,5 @@ def admin_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--token", envvar="BAYOU_TOKEN", help="An Iggy personal access token (Bearer)."),
     ]
     for option in reversed(options):
-        f = option(f)
-    return f
-
-
-def admin_client(bootstrap: Address, admin: str | None, user: str | None, password: str | None,
-                 token: str | None) -> AdminClient:
-    return AdminClient(admin_url(bootstrap, admin), user=user, password=password, token=token)
+        run = option(run)
+    return tls_options(run)

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from bayou.cli.admin import admin_client, admin_options, quote
-from bayou.cli.common import Address, bootstrap_option, format_option, print_json, print_table, tls_options
+from bayou.cli.admin import AdminClient, admin_api, quote
+from bayou.cli.common import format_option, print_json, print_table
 from bayou.cli.root import main
 
 
@@ -26,14 +26,10 @@ def _status(p: dict[str, Any]) -> str:
 @cluster.command("describe")
 @click.option("--under-replicated", "problems_only", is_flag=True,
               help="List only partitions that are under-replicated or offline.")
-@bootstrap_option
-@admin_options
+@admin_api
 @format_option
-@tls_options
-def cluster_describe(problems_only: bool, bootstrap: Address, admin: str | None, user: str | None,
-                     password: str | None, token: str | None, fmt: str) -> None:
+def cluster_describe(problems_only: bool, api: AdminClient, fmt: str) -> None:
     """Show the brokers, the controller and each partition's leader, replicas and ISR."""
-    api = admin_client(bootstrap, admin, user, password, token)
     info = api.get("/cluster")
     partitions = []
     for t in api.get("/topics")["topics"]:

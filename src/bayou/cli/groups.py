@@ -7,16 +7,8 @@ from typing import Any
 
 import click
 
-from bayou.cli.admin import AdminClient, AdminError, admin_client, admin_options, quote
-from bayou.cli.common import (
-    Address,
-    bootstrap_option,
-    format_option,
-    parse_time,
-    print_json,
-    print_table,
-    tls_options,
-)
+from bayou.cli.admin import AdminClient, AdminError, admin_api, quote
+from bayou.cli.common import format_option, parse_time, print_json, print_table
 from bayou.cli.root import main
 
 
@@ -27,11 +19,6 @@ def group() -> None:
     A group an SDK consumer joined (`bayou consume --group G`, bayou.client.Consumer) is an Iggy
     consumer group: the broker names it iggy.<topic>.<G>, as `bayou group list` shows.
     """
-
-
-def _api(bootstrap: Address, admin: str | None, user: str | None, password: str | None,
-         token: str | None) -> AdminClient:
-    return admin_client(bootstrap, admin, user, password, token)
 
 
 def _describe(api: AdminClient, name: str) -> Any:
@@ -52,14 +39,11 @@ def _describe(api: AdminClient, name: str) -> Any:
 
 @group.command("list")
 @click.option("--topic", "-t", "topic_name", metavar="TOPIC", help="Only groups with offsets on TOPIC.")
-@bootstrap_option
-@admin_options
+@admin_api
 @format_option
-@tls_options
-def group_list(topic_name: str | None, bootstrap: Address, admin: str | None, user: str | None,
-               password: str | None, token: str | None, fmt: str) -> None:
+def group_list(topic_name: str | None, api: AdminClient, fmt: str) -> None:
     """List consumer groups with their state, members, topics and total lag."""
-    groups = _api(bootstrap, admin, user, password, token).get("/groups")["groups"]
+    groups = api.get("/groups")["groups"]
     if topic_name is not None:
         groups = [g for g in groups if topic_name in g["topics"] or g["topic"] == topic_name]
     if fmt == "json":
@@ -72,14 +56,11 @@ def group_list(topic_name: str | None, bootstrap: Address, admin: str | None, us
 
 @group.command("describe")
 @click.argument("group_name", metavar="GROUP")
-@bootstrap_option
-@admin_options
+@admin_api
 @format_option
-@tls_options
-def group_describe(group_name: str, bootstrap: Address, admin: str | None, user: str | None,
-                   password: str | None, token: str | None, fmt: str) -> None:
+def group_describe(group_name: str, api: AdminClient, fmt: str) -> None:
     """Show GROUP's members and, per partition, its committed offset, the high watermark and lag."""
-    doc = _describe(_api(bootstrap, admin, user, password, token), group_name)
+    doc = _describe(api, group_name)
     if fmt == "json":
         print_json(doc)
         return
@@ -103,14 +84,11 @@ def group_describe(group_name: str, bootstrap: Address, admin: str | None, user:
 @click.option("--to-time", metavar="TIME",
               help="To the first record at or after TIME (ms, ISO-8601 or -DURATION such as -1h).")
 @click.option("--dry-run", is_flag=True, help="Show what would change and change nothing.")
-@bootstrap_option
-@admin_options
+@admin_api
 @format_option
-@tls_options
 def group_reset_offsets(group_name: str, topic_name: str, partitions: tuple[int, ...], to_earliest: bool,
                         to_latest: bool, to_offset: int | None, to_time: str | None, dry_run: bool,
-                        bootstrap: Address, admin: str | None, user: str | None, password: str | None,
-                        token: str | None, fmt: str) -> None:
+                        api: AdminClient, fmt: str) -> None:
     """Move GROUP's committed offsets on TOPIC (refused while the group has members).
 
     \b
@@ -131,8 +109,7 @@ def group_reset_offsets(group_name: str, topic_name: str, partitions: tuple[int,
         body["value"] = parse_time(str(given))
     if partitions:
         body["partitions"] = sorted(set(partitions))
-    reply = _api(bootstrap, admin, user, password, token).request(
-        "POST", f"/groups/{quote(group_name)}/reset-offsets", body)
+    reply = api.request("POST", f"/groups/{quote(group_name)}/reset-offsets", body)
     if fmt == "json":
         print_json(reply)
         return
@@ -144,11 +121,8 @@ def group_reset_offsets(group_name: str, topic_name: str, partitions: tuple[int,
 
 @group.command("delete")
 @click.argument("group_name", metavar="GROUP")
-@bootstrap_option
-@admin_options
-@tls_options
-def group_delete(group_name: str, bootstrap: Address, admin: str | None, user: str | None,
-                 password: str | None, token: str | None) -> None:
+@admin_api
+def group_delete(group_name: str, api: AdminClient) -> None:
     """Delete GROUP and its committed offsets (refused while it has members)."""
-    _api(bootstrap, admin, user, password, token).request("DELETE", f"/groups/{quote(group_name)}")
+    api.request("DELETE", f"/groups/{quote(group_name)}")
     click.echo(f"deleted group {group_name}")

@@ -8,7 +8,7 @@ from urllib.parse import unquote
 
 import click
 
-from bayou.cli.admin import admin_client, admin_options, quote
+from bayou.cli.admin import AdminClient, admin_api, quote
 from bayou.cli.common import (
     Address,
     bootstrap_option,
@@ -144,11 +144,8 @@ def topic_delete(name: str, bootstrap: Address) -> None:
               help="Set a topic config key (repeatable).")
 @click.option("--delete-config", "-d", "removed", multiple=True, metavar="KEY",
               help="Return a key to the broker's default (repeatable).")
-@bootstrap_option
-@admin_options
-@tls_options
-def topic_alter(name: str, configs: tuple[str, ...], removed: tuple[str, ...], bootstrap: Address,
-                admin: str | None, user: str | None, password: str | None, token: str | None) -> None:
+@admin_api
+def topic_alter(name: str, configs: tuple[str, ...], removed: tuple[str, ...], api: AdminClient) -> None:
     """Change the config of topic NAME (admin API).
 
     \b
@@ -160,7 +157,6 @@ def topic_alter(name: str, configs: tuple[str, ...], removed: tuple[str, ...], b
     changes.update(dict.fromkeys(removed))
     if not changes:
         raise click.UsageError("give at least one --config KEY=VALUE or --delete-config KEY")
-    api = admin_client(bootstrap, admin, user, password, token)
     reply = api.request("PATCH", f"/topics/{quote(name)}/config", changes)
     config = reply.get("config") if isinstance(reply, dict) else None
     shown = " ".join(f"{k}={v}" for k, v in sorted(config.items())) if isinstance(config, dict) else ""
@@ -170,13 +166,9 @@ def topic_alter(name: str, configs: tuple[str, ...], removed: tuple[str, ...], b
 @topic.command("add-partitions")
 @click.argument("name")
 @click.option("--count", required=True, type=click.IntRange(1), help="How many partitions to add.")
-@bootstrap_option
-@admin_options
-@tls_options
-def topic_add_partitions(name: str, count: int, bootstrap: Address, admin: str | None, user: str | None,
-                         password: str | None, token: str | None) -> None:
+@admin_api
+def topic_add_partitions(name: str, count: int, api: AdminClient) -> None:
     """Add --count partitions to topic NAME (admin API; partitions are never removed). Keys
     hash over the new count from then on."""
-    api = admin_client(bootstrap, admin, user, password, token)
     doc = api.request("POST", f"/topics/{quote(name)}/partitions", {"count": count})
     click.echo(f"topic {name} now has {len(doc['partitions'])} partitions ({count} added)")
