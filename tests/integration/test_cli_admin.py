@@ -6,9 +6,7 @@ broker that refuses anonymous requests."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,29 +16,17 @@ import pytest
 from bayou.client import Client, Consumer
 from bayou.protocols.iggy import messages as m
 from support.brokers import BrokerProcess
-
-BAYOU = [sys.executable, "-m", "bayou"]
-
-
-def bayou(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*BAYOU, *args], capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL,
-                          env=None if env is None else dict(os.environ, **env))
+from support.cli import bayou, module_broker, sdk_client
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("cli-admin") / "data", fsync="never").start()
-    try:
-        yield b
-    finally:
-        assert b.stop() == 0, b.log()
+    yield from module_broker(tmp_path_factory, "cli-admin")
 
 
 @pytest.fixture(scope="module")
 def client(broker: BrokerProcess) -> Iterator[Client]:
-    with Client(f"127.0.0.1:{broker.iggy_port}") as c:
-        yield c
+    yield from sdk_client(broker)
 
 
 def admin(b: BrokerProcess) -> list[str]:

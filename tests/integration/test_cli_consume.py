@@ -10,7 +10,6 @@ import pty
 import random
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,28 +19,17 @@ import pytest
 
 from bayou.client import Client
 from support.brokers import BrokerProcess, free_port
-
-BAYOU = [sys.executable, "-m", "bayou"]
-
-
-def bayou(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*BAYOU, *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+from support.cli import BAYOU, bayou, module_broker, sdk_client
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("cli-consume") / "data", fsync="never").start()
-    try:
-        yield b
-    finally:
-        assert b.stop() == 0, b.log()
+    yield from module_broker(tmp_path_factory, "cli-consume")
 
 
 @pytest.fixture(scope="module")
 def client(broker: BrokerProcess) -> Iterator[Client]:
-    with Client(f"127.0.0.1:{broker.iggy_port}") as c:
-        yield c
+    yield from sdk_client(broker)
 
 
 def addrs(b: BrokerProcess) -> list[str]:
