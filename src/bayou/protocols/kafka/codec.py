@@ -13,6 +13,7 @@ the record batches (``bayou.records.batch`` reads them: the v2 layout is the one
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import importlib
@@ -31,7 +32,7 @@ from kio.serial.errors import SerialError
 from kio.static.primitive import i16
 from kio.static.protocol import RequestPayload, ResponsePayload
 
-from bayou.protocols.kafka.codes import SUPPORTED, ApiKey, VersionRange, is_supported
+from bayou.protocols.kafka.codes import SUPPORTED, ApiKey, VersionRange
 from bayou.protocols.kafka.framing import (
     KafkaError,
     RequestHeader,
@@ -59,6 +60,7 @@ class Request:
 
     header: RequestHeader
     body: RequestPayload
+    trailing: int = 0  # bytes after the body, ignored as Kafka ignores them
 
 
 @functools.cache
@@ -104,40 +106,41 @@ def decode_request(frame: bytes | bytearray | memoryview,
     """
     api_key, api_version, correlation_id = read_fixed_header(frame)
     served = supported.get(ApiKey(api_key)) if api_key in _KEYS else None
-    if served is None or api_version not in served or not is_supported(api_key, api_version):
+    schema = None
+    if served is not None and api_version in served:
+        with contextlib.suppress(KioIndexError):
+            schema = request_schema(api_key, api_version)
+    if schema is None:
         if api_key == ApiKey.API_VERSIONS:
             reply = unsupported_api_versions_reply(correlation_id, supported)
             raise KafkaError(f"ApiVersions v{api_version} is not served: answered with v0",
                              close=False, reply=reply)
         raise KafkaError(f"api_key {api_key} v{api_version} is not served")
-    schema = request_schema(api_key, api_version)
     header = decode_header(frame, flexible=bool(schema.__flexible__))
     try:
-        body = _read_body(schema, frame, header.size)
+        body, trailing = _read_body(schema, frame, header.size)
     except KafkaError as exc:
         exc.header = header
         raise
-    return Request(header, cast(RequestPayload, body))
+    return Request(header, cast(RequestPayload, body), trailing)
 
 
-def _read_body(schema: Any, frame: bytes | bytearray | memoryview, pos: int) -> Any:
-    """kio's dataclass for the body at ``pos``, which must end the frame; ``KafkaError`` if not.
+def _read_body(schema: Any, frame: bytes | bytearray | memoryview, pos: int) -> tuple[Any, int]:
+    """kio's dataclass for the body at ``pos`` and the bytes the frame holds after it.
 
     ``check_body`` walks it first: kio's native reader must never see a length it could
-    over-reserve for (``guard``). Kafka itself ignores bytes after a body; bayou closes instead,
-    since a body that stops short of its frame is likelier a bad size than an extension.
+    over-reserve for (``guard``). Bytes after the body are left alone, as Kafka's own parser
+    leaves them: librdkafka 2.16 sends three after an all-topics Metadata v13 body (vector
+    ``confluent-kafka-apiversions-fallback``), and a Kafka broker answers it.
     """
     end = check_body(schema, frame, pos)
-    if end != len(frame):
-        raise KafkaError(f"{len(frame) - end} bytes after the {schema.__name__} "
-                         f"v{schema.__version__} body")
     try:
         body, size = _reader(schema)(frame, pos)
     except _DECODE_ERRORS as exc:
         raise KafkaError(f"{schema.__name__} v{schema.__version__} does not decode: {exc!r}") from None
     if pos + size != end:
         raise KafkaError(f"{schema.__name__} read {size} bytes, the layout {end - pos}")
-    return body
+    return body, len(frame) - end
 
 
 def encode_request(header: RequestHeader, body: RequestPayload) -> bytes:
@@ -175,7 +178,8 @@ def decode_response(frame: bytes | bytearray | memoryview, api_key: int,
         raise KafkaError(f"no response schema for api_key {api_key} v{api_version}") from None
     if response_header_is_flexible(api_key, api_version):
         _tags, pos = read_tagged_fields(frame, pos)
-    return correlation_id, cast(ResponsePayload, _read_body(schema, frame, pos))
+    body, _trailing = _read_body(schema, frame, pos)
+    return correlation_id, cast(ResponsePayload, body)
 
 
 def api_versions(supported: Mapping[ApiKey, VersionRange] = SUPPORTED) -> list[tuple[int, int, int]]:
