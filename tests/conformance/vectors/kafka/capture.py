@@ -422,7 +422,8 @@ for codec in ("gzip", "snappy", "lz4", "zstd", None):
     except Exception as exc:
         print("no", codec, exc); continue
     for i in range(3):
-        p.send("vectors", key=b"kp", value=b"kafka-python %s %d" % (str(codec).encode(), i),
+        # kafka-python keeps a batch uncompressed unless compressing makes it smaller
+        p.send("vectors", key=b"kp", value=b"kafka-python %s %d|" % (str(codec).encode(), i) * 20,
                headers=[("h", b"1")], partition=i % 2)
     p.flush(20); p.close()
     print("produced with", codec)
