@@ -169,6 +169,8 @@ def decode_header(frame: bytes | bytearray | memoryview, *, flexible: bool) -> R
 
 def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     """An unsigned varint (at most 5 bytes: Kafka's are 32-bit) and the position after it."""
+    if pos < len(buf) and buf[pos] < 0x80:  # the usual one-byte count, length or tag
+        return buf[pos], pos + 1
     value = 0
     for shift in range(0, 35, 7):
         if pos >= len(buf):
