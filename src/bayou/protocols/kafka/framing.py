@@ -185,10 +185,14 @@ def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, in
     raise KafkaError("varint longer than 5 bytes")
 
 
-def read_tagged_fields(buf: bytes | bytearray | memoryview,
-                       pos: int) -> tuple[tuple[tuple[int, bytes], ...], int]:
-    """A tagged-field section: count, then (tag, size, bytes) each, tags strictly increasing."""
+def read_tagged_fields(buf: bytes | bytearray | memoryview, pos: int, end: int | None = None
+                       ) -> tuple[tuple[tuple[int, bytes], ...], int]:
+    """A tagged-field section ending by ``end``: count, then (tag, size, bytes) each, tags
+    strictly increasing."""
+    stop = len(buf) if end is None else end
     count, pos = read_uvarint(buf, pos)
+    if count > stop - pos:
+        raise KafkaError(f"{count} tagged fields in {stop - pos} bytes")
     fields: list[tuple[int, bytes]] = []
     last = -1
     for _ in range(count):
@@ -196,11 +200,11 @@ def read_tagged_fields(buf: bytes | bytearray | memoryview,
         if tag <= last:
             raise KafkaError(f"tagged field {tag} after {last}")
         size, pos = read_uvarint(buf, pos)
-        end = pos + size
-        if end > len(buf):
-            raise KafkaError(f"tagged field {tag} of {size} bytes overruns the request")
-        fields.append((tag, bytes(buf[pos:end])))
-        last, pos = tag, end
+        after = pos + size
+        if after > stop:
+            raise KafkaError(f"tagged field {tag} of {size} bytes overruns its bounds")
+        fields.append((tag, bytes(buf[pos:after])))
+        last, pos = tag, after
     return tuple(fields), pos
 
 

@@ -21,7 +21,7 @@ from dataclasses import fields, is_dataclass
 from types import NoneType, UnionType
 from typing import Any, cast, get_args, get_origin, get_type_hints
 
-from bayou.protocols.kafka.framing import KafkaError, read_uvarint
+from bayou.protocols.kafka.framing import KafkaError, read_tagged_fields, read_uvarint
 
 Buffer = bytes | bytearray | memoryview
 Skip = Callable[[Buffer, int, int], int]  # (buf, pos, end) -> position after the value
@@ -118,26 +118,20 @@ def _nullable_struct(inner: Skip) -> Skip:
 
 
 def _tags(known: dict[int, Skip]) -> Skip:
+    """A tagged-field section; the tags the schema knows must fill their bytes exactly."""
     def skip(buf: Buffer, pos: int, end: int) -> int:
-        count, pos = read_uvarint(buf, pos)
-        if count > end - pos:
-            raise KafkaError(f"{count} tagged fields in {end - pos} bytes")
-        last = -1
-        for _ in range(count):
-            tag, pos = read_uvarint(buf, pos)
-            if tag <= last:
-                raise KafkaError(f"tagged field {tag} after {last}")
-            size, pos = read_uvarint(buf, pos)
-            stop = _need(pos, size, end)
+        tags, pos = read_tagged_fields(buf, pos, end)
+        if pos > end:
+            raise KafkaError("tagged fields run past their bounds")
+        for tag, value in tags:
             field = known.get(tag)
-            if field is not None and field(buf, pos, stop) != stop:
-                raise KafkaError(f"tagged field {tag} does not fill its {size} bytes")
-            last, pos = tag, stop
+            if field is not None and field(value, 0, len(value)) != len(value):
+                raise KafkaError(f"tagged field {tag} does not fill its {len(value)} bytes")
         return pos
     return skip
 
 
-def _shape(annotation: Any) -> tuple[Any, bool, bool]:
+def field_shape(annotation: Any) -> tuple[Any, bool, bool]:
     """(inner type, is an array, is optional) of a field's annotation."""
     optional = False
     if get_origin(annotation) is UnionType:
@@ -159,7 +153,7 @@ def entity_skip(schema: Any) -> Skip:
     steps: list[Skip] = []
     tagged: dict[int, Skip] = {}
     for field in fields(schema):
-        inner, is_array, optional = _shape(hints[field.name])
+        inner, is_array, optional = field_shape(hints[field.name])
         if is_dataclass(inner):
             item = entity_skip(cast(Any, inner))
             item_size = None

@@ -38,6 +38,7 @@ from kio.schema.errors import ErrorCode
 from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey, VersionRange
 from bayou.protocols.kafka.framing import FrameReader, KafkaError
+from bayou.protocols.kafka.guard import field_shape
 from bayou.records.batch import HEADER, iter_batches, set_base_offset
 
 HERE = Path(__file__).parent
@@ -56,7 +57,7 @@ def build(cls: Any, **values: Any) -> Any:
     kwargs: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
         annotation = hints[field.name]
-        inner, is_array, optional = _shape(annotation)
+        inner, is_array, optional = field_shape(annotation)
         if field.name in values:
             value = values[field.name]
             if dataclasses.is_dataclass(inner):
@@ -72,16 +73,6 @@ def build(cls: Any, **values: Any) -> Any:
         else:
             kwargs[field.name] = _zero(field, inner, is_array, optional)
     return cls(**kwargs)
-
-
-def _shape(annotation: Any) -> tuple[Any, bool, bool]:
-    optional = False
-    if typing.get_origin(annotation) is typing.Union or type(annotation).__name__ == "UnionType":
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        optional, annotation = True, args[0]
-    if typing.get_origin(annotation) is tuple:
-        return typing.get_args(annotation)[0], True, optional
-    return annotation, False, optional
 
 
 def _zero(field: Any, inner: Any, is_array: bool, optional: bool) -> Any:
