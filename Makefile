@@ -2,7 +2,8 @@
 #   make run   - create .venv, install bayou, start one broker (data in ./data)
 #   make test  - install the dev dependencies (incl. PySpark), the Iggy SDKs, ZooKeeper (Debian
 #                package, for the cluster tests) and promtool (Debian's prometheus package, to lint
-#                /metrics), then run the whole suite
+#                /metrics), Chromium and its driver (Debian's packages, for the console's browser
+#                tests), then run the whole suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
@@ -24,7 +25,7 @@ IGGY09STAMP = $(IGGY09)/.installed-apache-iggy-$(IGGY09_VERSION)
 ZOOKEEPER_JAR = /usr/share/java/zookeeper.jar
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test install dev iggy-sdks zookeeper promtool lint typecheck bench bench-iggy bench-sdk bench-spark pipeline spark-package clean
+.PHONY: run test install dev iggy-sdks zookeeper promtool chromium lint typecheck bench bench-iggy bench-sdk bench-spark pipeline spark-package clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +72,18 @@ $(PROMTOOL):
 
 promtool: $(PROMTOOL)
 
+# The console's browser tests (tests/browser/) drive Debian's Chromium through chromium-driver with
+# selenium. Not fatal: those tests skip, saying why, without them.
+CHROMEDRIVER = /usr/bin/chromedriver
+
+$(CHROMEDRIVER):
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver \
+	  || ($(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -q chromium chromium-driver) \
+	  || echo "chromium could not be installed: the console's browser tests are skipped"
+
+chromium: $(CHROMEDRIVER)
+
 install: $(STAMP)
 
 dev: $(DEVSTAMP)
@@ -80,7 +93,7 @@ iggy-sdks: $(IGGY08STAMP) $(IGGY09STAMP)
 run: $(STAMP)
 	$(VENV)/bin/bayou serve --data-dir ./data
 
-test: $(DEVSTAMP) $(IGGY08STAMP) $(IGGY09STAMP) $(ZOOKEEPER_JAR) $(PROMTOOL)
+test: $(DEVSTAMP) $(IGGY08STAMP) $(IGGY09STAMP) $(ZOOKEEPER_JAR) $(PROMTOOL) $(CHROMEDRIVER)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports

@@ -149,6 +149,18 @@ class NotEnoughReplicas(ReplicationTimeout):
 
 
 @_register
+class NotEnoughReplicasAfterAppend(ReplicationTimeout):
+    """An acks=all produce that was appended while enough replicas were in sync, after which the
+    ISR shrank below ``min.insync.replicas`` before they acknowledged it (Kafka's
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND). Answered as soon as the remaining ISR holds the records rather
+    than after the full acks=all timeout. The records are stored and visible: like a timeout, a retry
+    may store them twice."""
+
+    code = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    default_message = "appended, but fewer in-sync replicas than min.insync.replicas remain"
+
+
+@_register
 class GroupNotFound(BayouError):
     code = "GROUP_NOT_FOUND"
     default_message = "group not found"

@@ -178,6 +178,50 @@ def test_acks_all_below_min_insync_is_refused_before_it_is_appended(cluster: Clu
     assert [v for _o, v in consume_all(port, topic)] == ["first", "one", "last"]
 
 
+def test_isr_shrinking_under_min_insync_after_the_append_is_answered_at_once(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """An acks=all produce appended while the ISR was full, whose followers then stop: when the
+    ISR shrinks to the leader alone (below min.insync.replicas = 2) the produce is answered at once
+    with Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND (V1: REPLICATION_TIMEOUT saying the records were
+    stored), not after the whole acks=all timeout (here 20 s, so only that path passes). The record
+    is stored and, once the ISR is the leader alone, committed."""
+    config = ("[cluster]\nsession_timeout_ms = 3000\n\n"
+              "[broker]\nreplica_lag_timeout_ms = 2000\nack_all_timeout_ms = 20000\n")
+    with running_cluster(zookeeper, tmp_path, "after-append", config=config) as cluster:
+        topic = "afterappend"
+        assert "|OK|" in v1(cluster.brokers[1].port, f"V1|1|ADMIN_CREATE_TOPIC|{topic} 1 3")
+        cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, 30, "a full ISR")
+        leader = cluster.leader(topic, 0)
+        port = cluster.brokers[leader].port
+        assert "|OK|" in v1(port, f"V1|2|PRODUCE|{topic} k:first acks=all")
+        followers = [cluster.brokers[b] for b in cluster.brokers if b != leader]
+        for b in followers:
+            assert b.proc is not None
+            b.proc.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            reply = v1(port, f"V1|3|PRODUCE|{topic} k:second acks=all", timeout=30)
+            took = time.monotonic() - started
+            expected = "V1|3|ERR|REPLICATION_TIMEOUT|appended, but only 1 replicas remain in sync"
+            assert reply.startswith(expected), reply
+            assert took < 15, f"answered after {took:.1f} s: the acks=all timeout, not the ISR change"
+            assert cluster.isr(topic, 0) == [leader]
+            # stored and committed (the ISR is the leader alone): visible to consumers
+            assert [v for _o, v in consume_all(port, topic)] == ["first", "second"]
+        finally:
+            for b in followers:
+                assert b.proc is not None
+                b.proc.send_signal(signal.SIGCONT)
+        cluster.wait(lambda: len(cluster.isr(topic, 0)) == 3, 60, "the followers back in the ISR")
+        # the leader takes the ISR from ZooKeeper a moment later; until then acks=all is refused
+        # before appending (NOT_ENOUGH_REPLICAS), so a retry cannot store it twice
+        replies: list[str] = []
+        cluster.wait(lambda: replies.append(v1(port, f"V1|4|PRODUCE|{topic} k:third acks=all"))
+                     or "|OK|" in replies[-1], 20, "the leader to take acks=all again")
+        assert replies[-1].startswith("V1|4|OK|partition=0 offset=2"), replies
+        assert all("not enough in-sync replicas" in r for r in replies[:-1]), replies
+
+
 def test_a_killed_leader_is_replaced_before_its_session_expires(zookeeper: ZooKeeperServer,
                                                                 tmp_path: Path) -> None:
     """Issue 13.13: a SIGKILLed broker's listeners refuse connections at once; the followers that

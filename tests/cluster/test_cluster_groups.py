@@ -169,7 +169,8 @@ def test_iggy_delete_partitions_and_purge_in_the_cluster(cluster: Cluster) -> No
     async def iggy(broker: int, req: object) -> int:
         conn = await legacy_login(cluster.brokers[broker].iggy_port)
         try:
-            return int((await conn.ask(req)).status)  # type: ignore[arg-type]
+            # past the broker's own 15 s deadline for the change to reach it (loaded machines)
+            return int((await conn.ask_raw(conn.frame(req), timeout=30)).status)  # type: ignore[arg-type]
         finally:
             await conn.close()
 
@@ -414,7 +415,8 @@ def _removed_and_added_again(cluster: Cluster) -> None:
     async def iggy(req: object) -> int:
         conn = await legacy_login(cluster.brokers[1].iggy_port)
         try:
-            return int((await conn.ask(req)).status)  # type: ignore[arg-type]
+            # past the broker's own 15 s deadline for the change to reach it (loaded machines)
+            return int((await conn.ask_raw(conn.frame(req), timeout=30)).status)  # type: ignore[arg-type]
         finally:
             await conn.close()
 

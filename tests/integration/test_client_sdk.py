@@ -237,12 +237,13 @@ def test_cli_group_commands(broker: BrokerProcess, client: Client, tmp_path: Pat
     client.send("sdk-cli", 0, [b"1", b"2", b"3"])
     client.commit("cli-group", "sdk-cli", {0: 1})
     runner = CliRunner()
-    out = runner.invoke(main, ["group", "list", "sdk-cli", "--iggy-bootstrap", _boot(broker)])
-    assert out.exit_code == 0 and out.output.split() == ["cli-group"]
-    out = runner.invoke(main, ["group", "describe", "cli-group", "sdk-cli",
-                               "--iggy-bootstrap", _boot(broker)])
+    api = ["--admin", f"127.0.0.1:{broker.http_port}"]  # the group commands use the admin API
+    out = runner.invoke(main, ["group", "list", "--topic", "sdk-cli", *api])
     assert out.exit_code == 0, out.output
-    assert out.output.splitlines()[-1].split() == ["0", "-", "1", "3", "2"]
+    assert [row.split()[0] for row in out.output.splitlines()[1:]] == ["iggy.sdk-cli.cli-group"]
+    out = runner.invoke(main, ["group", "describe", "iggy.sdk-cli.cli-group", *api])
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines()[-1].split() == ["sdk-cli", "0", "-", "1", "0", "3", "2"]
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])

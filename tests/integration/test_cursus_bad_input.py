@@ -310,6 +310,32 @@ async def test_command_error(env: Env, text: str, expected: str) -> None:
     await assert_intact(env)
 
 
+# H checks some arguments only after its topic lookup: the first failing check answers.
+ERROR_ORDER = [
+    ("CREATE topic=.. partitions=0", 'ERROR: invalid_topic_name topic=".." reason='),
+    ("PUBLISH topic=nope producerId=p partition=x message=m", "ERROR: topic_not_found topic=nope"),
+    ("PUBLISH topic=orders producerId=p partition=x message=m",
+     'ERROR: invalid_partition reason="invalid partition x"'),
+    ("PUBLISH topic=orders producerId=p partition=7 message=m", "ERROR: partition_not_found partition=7"),
+    ("JOIN_GROUP topic=nope group=g member=m generation=x", "ERROR: topic_not_found topic=nope"),
+    ("JOIN_GROUP topic=orders group=g member=m generation=x", "ERROR: invalid_generation command=JOIN_GROUP"),
+    ("LIST_OFFSETS topic=nope partition=x", "ERROR: topic_not_found topic=nope"),
+    ("LIST_OFFSETS topic=orders partition=x", "ERROR: invalid_partition"),
+    ("APPEND_STREAM topic=nope key=k message=m", "ERROR: topic_not_found topic=nope"),
+    ("APPEND_STREAM topic=orders key=k message=m", "ERROR: event_sourcing_not_enabled topic=orders"),
+    ("READ_STREAM topic=nope key=k from_version=x",
+     '{"status":"ERROR","error":"topic_not_found topic=nope"}'),
+    ("READ_STREAM key=k", '{"status":"ERROR","error":"missing_topic"}'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), ERROR_ORDER, ids=[t for t, _ in ERROR_ORDER])
+async def test_argument_errors_come_in_h_order(env: Env, text: str, expected: str) -> None:
+    reply = await env.cmd(text)
+    assert reply.startswith(expected) if expected.endswith("reason=") else reply == expected
+    await assert_intact(env)
+
+
 @pytest.mark.parametrize("name", ["a/b", "..", ".", "a" * 250, "caf\u00e9"])
 async def test_create_invalid_topic_name(env: Env, name: str) -> None:
     """cursus.md 4.1: ``ERROR: invalid_topic_name topic="<t>" reason="..."`` (topic Go-quoted)."""

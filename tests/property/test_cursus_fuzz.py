@@ -26,6 +26,7 @@ from bayou.protocols.cursus.compression import (
     maybe_decompress,
 )
 from bayou.protocols.cursus.framing import CursusError, FrameReader, encode_frame
+from bayou.protocols.cursus.requests import ErrorReply, decode, served
 from bayou.records.cursus import CursusMessage
 
 VECTORS = Path(__file__).parents[1] / "conformance" / "vectors" / "cursus"
@@ -34,7 +35,8 @@ LIMIT = 1 << 20
 
 
 def handle(body: bytes) -> BatchHead | Command | None:
-    """The server's decode path: decompress, classify, walk the records. None = protocol error."""
+    """The server's decode path: decompress, classify, walk the records or decode the command into
+    its typed request (which gives the request or an error reply). None = protocol error."""
     try:
         plain = maybe_decompress(body, limit=LIMIT)
         item = classify(plain)
@@ -42,6 +44,15 @@ def handle(body: bytes) -> BatchHead | Command | None:
             starts = batch_message_starts(plain, item)
             assert len(starts) == item.count + 1 and starts[-1] <= len(plain)
             assert len(decode_messages(plain, item)) == item.count
+        elif served(item):
+            try:
+                request = decode(item)
+            except ErrorReply as exc:  # READ_STREAM answers its errors in JSON
+                first = exc.reply[0] if isinstance(exc.reply, list) else exc.reply
+                assert first.startswith((b"ERROR: ", b'{"status":"ERROR"'))
+            else:
+                invalid = getattr(request, "invalid", None)
+                assert invalid is None or invalid.startswith((b"ERROR: ", b'{"status":"ERROR"'))
         return item
     except CursusError as exc:
         assert exc.reply is None or exc.reply.startswith(b"ERROR: ")
@@ -73,7 +84,9 @@ def commands(draw: st.DrawFn) -> bytes:
     kw = "".join(c.lower() if draw(st.booleans()) else c for c in kw)
     tokens = draw(st.lists(st.one_of(
         st.text(max_size=10),
-        st.sampled_from(["topic=t", "partition=-1", "message=", "message=a b", "=", "k=v=w", "P0:1,P1:2"]),
+        st.sampled_from(["topic=t", "partition=-1", "message=", "message=a b", "=", "k=v=w", "P0:1,P1:2",
+                         "group=g", "member=m", "generation=x", "offset=9", "key=k", "version=1", "acks=all",
+                         "producerId=p", "partition=99999999999999999999", "P0:1,P0:2", "t", "0"]),
     ), max_size=6))
     sep = draw(st.sampled_from([" ", "\t", "  ", "\u00a0"]))
     text = (kw + sep + sep.join(tokens)).encode()

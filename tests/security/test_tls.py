@@ -94,7 +94,8 @@ def test_the_cli_speaks_tls(broker: BrokerProcess, certs: Certs) -> None:
     bootstrap = ["--bootstrap", f"localhost:{broker.port}"]
     for args in (["topic", "create", topic, "-p", "1"], ["produce", topic, "hello-cli"]):
         subprocess.run([*base, *args, *bootstrap], env=env, check=True, capture_output=True, timeout=30)
-    out = subprocess.run([*base, "consume", topic, *bootstrap], env=env, check=True, capture_output=True,
+    out = subprocess.run([*base, "consume", topic, "--iggy-bootstrap", f"localhost:{broker.iggy_port}",
+                          *bootstrap], env=env, check=True, capture_output=True,
                          timeout=30)
     assert out.stdout.decode().strip() == "0:0\thello-cli"
     plain = subprocess.run([*base, "topic", "list", *bootstrap], capture_output=True, timeout=30, check=False)

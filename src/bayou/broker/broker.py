@@ -9,6 +9,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bayou.broker.authz import Action, Authorizer, current_principal
@@ -42,6 +44,7 @@ from bayou.errors import (
     InvalidPartitions,
     InvalidRequest,
     NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
     NotLeader,
     OffsetOutOfRange,
     PartitionLimitReached,
@@ -962,6 +965,11 @@ class Broker:
         if part.cluster is not None:
             min_isr = self.min_insync_replicas(part.topic)
             while not (part.cluster.hw > last_offset and len(part.cluster.isr) >= min_isr):
+                if part.cluster.hw > last_offset:  # the ISR shrank under min.insync after the append
+                    isr = list(part.cluster.isr)
+                    raise NotEnoughReplicasAfterAppend(
+                        f"appended, but only {len(isr)} replicas remain in sync ({isr}), "
+                        f"min.insync.replicas={min_isr}")
                 left = deadline - time.monotonic()
                 if left <= 0 or self.closing:
                     raise ReplicationTimeout()
@@ -977,13 +985,16 @@ class Broker:
 
     async def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
                     max_records: int | None = None, max_wait_ms: int = 0, min_bytes: int = 1,
-                    upto_log_end: bool = False) -> FetchResult:
+                    upto_log_end: bool = False, from_log_start: bool = False) -> FetchResult:
         """Whole batches from the one holding ``offset`` up to the high watermark, at most
         ``max_bytes`` and (batch-granular) ``max_records``, but always at least one batch.
 
         With ``max_wait_ms``, waits until at least ``min_bytes`` are available or the time passes.
-        An offset below the log start raises OffsetOutOfRange; one at or past the end returns
-        nothing (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches).
+        An offset below the log start raises OffsetOutOfRange, or with ``from_log_start`` reads
+        from the log start instead (V1 and Iggy clamp so); one at or past the end returns nothing
+        (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches).
+        Retention may remove the segment while the read runs: the start is then checked again,
+        never answered as an empty read.
         """
         self.authorize("poll", topic)
         if upto_log_end:  # records not yet committed: a replica's read (V1 BROKER_FETCH), not a consumer's
@@ -1002,10 +1013,14 @@ class Broker:
                 hw = part.log.next_offset if upto_log_end else part.high_watermark
                 start = part.log.log_start_offset
                 if offset < start:
-                    raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")
+                    if not from_log_start:
+                        raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")
+                    offset = start
                 if offset < hw:
                     r = await loop.run_in_executor(self._io, self._read, part, offset, max_bytes, hw,
                                                    max_records)
+                    if r is None and offset < part.log.log_start_offset:
+                        continue  # retention removed the segment meanwhile: check the new start
                     if r is not None and (len(r.data) >= min_bytes or time.monotonic() >= deadline):
                         if not upto_log_end:  # a follower's copy is not client traffic
                             part.bytes_out += len(r.data)
@@ -1414,6 +1429,69 @@ class Broker:
     def _generation(self, group: str) -> int:
         g = self.groups.groups.get(group)
         return g.generation if g else 0
+
+    # -- the front ends' facade ----------------------------------------------------------------
+    # Lookups the protocol services need for their replies, so that server/ never reaches into
+    # the broker's internals (the group table, topic metadata, partitions' logs, the storage
+    # layout). They check no authorization: the request they answer was checked by the call
+    # it made (or answers an error that names only what the client sent).
+
+    @staticmethod
+    def check_topic_name(name: str) -> str:
+        """``name`` if it is a valid topic name; raises InvalidTopicName (storage's rule)."""
+        return validate_topic_name(name)
+
+    def topic_config(self, topic: str) -> MappingProxyType[str, str]:
+        """The topic's configuration overrides (bayou keys), read-only."""
+        return MappingProxyType(self.topic(topic).meta.config)
+
+    def partition_bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(log start offset, high watermark): the range a consumer may read."""
+        part = self.partition(topic, partition)
+        return part.log.log_start_offset, part.high_watermark
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        """The directory holding the partition's log (TANK keeps a per-partition config file there)."""
+        return self.partition(topic, partition).log.dir
+
+    def partition_replicas(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
+        """(leader, replicas, ISR) of a partition: this broker alone when standalone; in cluster
+        mode ZooKeeper's as this broker last read them (leader -1 and an empty ISR while none)."""
+        me = self.config.broker_id
+        if self.cluster is None:
+            return me, [me], [me]
+        snap = self.cluster.snapshot
+        assignment = snap.topics.get(topic) if snap is not None else None
+        entry = snap.states.get((topic, partition)) if snap is not None else None
+        return (entry[0].leader if entry is not None else -1,
+                list(assignment.partitions.get(partition, ())) if assignment is not None else [],
+                list(entry[0].isr) if entry is not None else [])
+
+    def next_round_robin(self, topic: str, partitions: int) -> int:
+        """The partition for the topic's next unkeyed, unpartitioned record, in turn."""
+        part0 = self.partition(topic, 0)
+        p = part0.round_robin % partitions
+        part0.round_robin += 1
+        return p
+
+    def group_generation(self, group: str) -> int:
+        """The group's generation (0 when there is no such group)."""
+        return self._generation(group)
+
+    def group_topic(self, group: str) -> str | None:
+        """The topic the group is bound to; None when there is no such group."""
+        g = self.groups.groups.get(group)
+        return g.topic if g is not None else None
+
+    def group_members(self, group: str) -> frozenset[str]:
+        """The ids of the group's members (none when there is no such group)."""
+        g = self.groups.groups.get(group)
+        return frozenset(g.members) if g is not None else frozenset()
+
+    def group_assignment(self, group: str, member: str) -> list[int]:
+        """The partitions assigned to the member in the current generation."""
+        g = self.groups.groups.get(group)
+        return list(g.assignments.get(member, [])) if g is not None else []
 
     # -- background work -----------------------------------------------------------------------
 

@@ -879,6 +879,19 @@ class IggyService:
         self.login_guard.succeeded(ip)
         return principal
 
+    async def change_users(self, change: Callable[[], Any]) -> Any:
+        """A change of the users made outside an Iggy connection (the HTTP admin API), made as the
+        Iggy commands make theirs: on the hashing pool, the file rewritten later if it cannot be
+        written now, and in cluster mode under the shared lock on the cluster's copy. The store's
+        own errors (UserStoreError) are raised as they are."""
+        async with self._shared_change() if self.broker.cluster is not None else contextlib.nullcontext():
+            try:
+                return await run_in(hash_pool(), change)
+            except OSError as exc:
+                self._write_failed(USERS_FILE, exc)
+                self._rewrite_later()
+                raise StorageError(f"cannot write the Iggy {USERS_FILE}: {exc.strerror or exc}") from None
+
     async def _login_user(self, s: Session, req: m.LoginUser) -> m.LoginReply:
         if s.dialect is None:
             s.dialect = Dialect.LEGACY
@@ -1498,12 +1511,13 @@ class IggyService:
         last = start - 1
         offset = start
         while taken < count and offset < hw:
+            before = offset
             if remote:
                 assert self.broker.cluster is not None
                 r = await self.broker.cluster.consumer_fetch(topic, p, offset, POLL_MAX_BYTES)
             else:
                 r = await self.broker.fetch(topic, p, offset, max_bytes=POLL_MAX_BYTES,
-                                            max_records=count - taken)
+                                            max_records=count - taken, from_log_start=True)
             if not r.data:
                 break
             data = r.data
@@ -1556,7 +1570,7 @@ class IggyService:
                 offset = hi
                 if taken >= count:
                     break
-            if r.next_offset <= offset and offset == start:
+            if offset == before:  # nothing below hw in what came back (retention moved the start past it)
                 break
         return parts, taken, last
 

@@ -20,6 +20,7 @@ from bayou.errors import (
     InvalidRequest,
     InvalidTopicName,
     NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
     NotLeader,
     PartitionNotAssigned,
     ReplicationTimeout,
@@ -63,6 +64,7 @@ ERROR_MAP: dict[type[BayouError], tuple[Code, str | None]] = {
     NotLeader: (Code.NOT_LEADER, "partition leader unavailable on this broker"),
     ReplicationTimeout: (Code.REPLICATION_TIMEOUT, "acks=all timeout"),
     NotEnoughReplicas: (Code.REPLICATION_TIMEOUT, "not enough in-sync replicas"),
+    NotEnoughReplicasAfterAppend: (Code.REPLICATION_TIMEOUT, None),  # says the records were stored
     GroupNotFound: (Code.GENERATION_MISMATCH, "group not found"),
     IllegalGeneration: (Code.GENERATION_MISMATCH, "stale generation"),
     UnknownMember: (Code.GENERATION_MISMATCH, "unknown member"),
@@ -187,7 +189,8 @@ class RtesService:
         size = 0
         while offset < end and len(out) < limit and size < CONSUME_MAX_BYTES:
             res = await self.broker.fetch(topic, partition, offset, max_bytes=CONSUME_MAX_BYTES - size,
-                                          max_records=limit - len(out), upto_log_end=upto_log_end)
+                                          max_records=limit - len(out), upto_log_end=upto_log_end,
+                                          from_log_start=True)  # rtes.md 7.2: from the earliest record
             if not res.data:
                 break
             for pos, h in iter_batches(res.data):

@@ -21,28 +21,23 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from bayou.broker import Broker
 from bayou.broker.authz import Action
-from bayou.errors import (
-    BayouError,
-    InvalidTopicName,
-    NotLeader,
-    StorageError,
-    TopicAlreadyExists,
-    Unauthorized,
-)
+from bayou.errors import BayouError, NotLeader, OffsetOutOfRange, StorageError, Unauthorized
 from bayou.protocols.tank import codec
 from bayou.protocols.tank import messages as m
 from bayou.protocols.tank.codes import (
     ConsumeFlag,
     CreateTopicError,
+    PartitionFault,
     ProduceError,
     ReloadConfError,
     TankError,
     consume_flag_for,
+    create_topic_error_for,
+    reload_conf_error_for,
 )
 from bayou.protocols.tank.framing import MAX_PAYLOAD, PING_FRAME, FrameReader, frame_header
 from bayou.server import zerocopy
@@ -64,7 +59,6 @@ log = logging.getLogger("bayou.tank")
 
 VERSION = 400  # what TANK 4.0 reports in Status (major x 100 + minor)
 MAX_WAIT_MS = 3_600_000
-TOPIC_UNKNOWN = 0xFF
 
 
 def normalise_max_wait(ms: int) -> float:
@@ -187,7 +181,7 @@ class TankService:
                                else m.ProduceTopicResult())
                 continue
             if not await self.broker.has_topic(topic.name):
-                results.append(m.ProduceTopicResult(topic_error=TOPIC_UNKNOWN) if topic.entries
+                results.append(m.ProduceTopicResult(topic_error=ProduceError.UNKNOWN_TOPIC) if topic.entries
                                else m.ProduceTopicResult())
                 continue
             # Each append happens, in request order, before its coroutine first waits (for the
@@ -212,17 +206,12 @@ class TankService:
         try:
             self.broker.check_readable(topic, p.partition)
         except NotLeader as exc:  # cluster mode: no replica here; TANK's clients retry at the leader
-            addr = exc.leader_address("tank")
-            if addr is None:
-                return m.ConsumePartitionResult(p.partition, ConsumeFlag.NO_LEADER), None, False
-            return (m.ConsumePartitionResult(p.partition, ConsumeFlag.OTHER_LEADER,
-                                             leader=m.Endpoint(int(ipaddress.IPv4Address(addr[0])), addr[1])),
-                    None, False)
+            return _consume_fault(p.partition, exc), None, False
         last = last_assigned(self.broker, topic, p.partition)
         try:
             first = await first_available(self.broker, topic, p.partition)
         except StorageError as exc:  # damaged stored data (a quarantined partition), I/O failure
-            return m.ConsumePartitionResult(p.partition, consume_flag_for(exc)), None, False
+            return _consume_fault(p.partition, exc), None, False
         seq = p.seq
         if seq == 0:
             seq = first if first else last + 1
@@ -233,8 +222,15 @@ class TankService:
                     None, False)
         try:
             chunk = await read_chunk(self.broker, topic, p.partition, seq, p.fetch_size)
+        except OffsetOutOfRange:  # retention removed ``seq`` since first_available: the same fault
+            try:
+                first = await first_available(self.broker, topic, p.partition)
+            except StorageError as exc:
+                return _consume_fault(p.partition, exc), None, False
+            return (m.ConsumePartitionResult(p.partition, ConsumeFlag.BOUNDARY_FAULT, 0, last, first),
+                    None, False)
         except StorageError as exc:
-            return m.ConsumePartitionResult(p.partition, consume_flag_for(exc)), None, False
+            return _consume_fault(p.partition, exc), None, False
         self._count_out(topic, p.partition, seq, chunk)
         flags = ConsumeFlag.SPARSE if chunk.sparse_first else ConsumeFlag.OK
         return m.ConsumePartitionResult(p.partition, flags, chunk.base_seq, last), chunk, False
@@ -372,7 +368,7 @@ class TankService:
             n = self.broker.partition_count(req.topic)
             for p in req.partitions or tuple(range(n)):
                 if not 0 <= p < n:
-                    entries.append(m.DiscoveredPartition(U64_MAX, U64_MAX, fault=0xFB))
+                    entries.append(m.DiscoveredPartition(U64_MAX, U64_MAX, fault=PartitionFault.SYSTEM_ERROR))
                     continue
                 entries.append(m.DiscoveredPartition(await first_available(self.broker, req.topic, p),
                                                      last_assigned(self.broker, req.topic, p)))
@@ -388,14 +384,8 @@ class TankService:
                 await self.broker.create_topic(req.topic, req.partitions, config)
             except TankConfigError:
                 error = CreateTopicError.INVALID_CONFIG
-            except TopicAlreadyExists:
-                error = CreateTopicError.ALREADY_EXISTS
-            except InvalidTopicName:
-                error = CreateTopicError.INVALID_REQUEST
-            except Unauthorized:
-                error = CreateTopicError.READ_ONLY
-            except BayouError:
-                error = CreateTopicError.SYSTEM_ERROR
+            except BayouError as exc:
+                error = create_topic_error_for(exc)
         await self._reply(c, m.CreateTopicResponse(req.request_id, req.topic, error))
 
     async def _reload_conf(self, c: TankConnection, req: m.ReloadConf) -> None:
@@ -407,7 +397,7 @@ class TankService:
         elif not 0 <= req.partition < self.broker.partition_count(req.topic):
             error = ReloadConfError.UNKNOWN_PARTITION
         else:
-            path = Path(self.broker.config.data_dir) / "topics" / req.topic / str(req.partition) / "config"
+            path = self.broker.partition_dir(req.topic, req.partition) / "config"
             try:
                 text = path.read_text()
             except (OSError, UnicodeDecodeError):
@@ -418,10 +408,10 @@ class TankService:
                 try:
                     changes: dict[str, str | None] = dict(to_bayou(parse_config(text)))
                     await self.broker.alter_topic_config(req.topic, changes)
-                except Unauthorized:
-                    error = ReloadConfError.SYSTEM_ERROR
-                except (TankConfigError, BayouError):
+                except TankConfigError:
                     error = ReloadConfError.PARSE_FAILURE
+                except BayouError as exc:
+                    error = reload_conf_error_for(exc)
         await self._reply(c, m.ReloadConfResponse(req.request_id, req.topic, req.partition, error))
 
     async def _status(self, c: TankConnection, req: m.Status) -> None:
@@ -437,6 +427,16 @@ class TankService:
 
     async def _topology(self, c: TankConnection, req: m.DiscoverTopology) -> None:
         await self._reply(c, m.DiscoverTopologyResponse(req.request_id))
+
+
+def _consume_fault(partition: int, exc: BayouError) -> m.ConsumePartitionResult:
+    """The entry of a partition this broker cannot serve: the table's flag, or, for a partition
+    led elsewhere whose leader has a TANK listener, that leader (TANK's clients retry there)."""
+    addr = exc.leader_address("tank") if isinstance(exc, NotLeader) else None
+    if addr is not None:
+        return m.ConsumePartitionResult(partition, ConsumeFlag.OTHER_LEADER,
+                                        leader=m.Endpoint(int(ipaddress.IPv4Address(addr[0])), addr[1]))
+    return m.ConsumePartitionResult(partition, consume_flag_for(exc))
 
 
 async def _send_chunk(writer: asyncio.StreamWriter, ch: Chunk) -> None:

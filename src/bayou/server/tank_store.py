@@ -103,10 +103,17 @@ def last_assigned(broker: Broker, topic: str, partition: int) -> int:
 
 async def first_available(broker: Broker, topic: str, partition: int) -> int:
     part = broker.partition(topic, partition)
-    start = part.log.log_start_offset
-    if start >= part.high_watermark:
-        return 0 if part.high_watermark == 0 else part.high_watermark + 1
-    span = await broker.locate(topic, partition, start, max_bytes=1)
+    while True:
+        start = part.log.log_start_offset
+        if start >= part.high_watermark:
+            return 0 if part.high_watermark == 0 else part.high_watermark + 1
+        try:
+            span = await broker.locate(topic, partition, start, max_bytes=1)
+            break
+        except OffsetOutOfRange:
+            if part.log.log_start_offset == start:
+                raise
+            # retention removed that segment while it was located: look up the new start
     if span is None:
         return 0
     span.release()

@@ -13,6 +13,7 @@ from bayou.protocols.tank.codes import (
     ProduceError,
     ReloadConfError,
     TankError,
+    consume_flag_for,
     create_topic_error_for,
     produce_error_for,
     reload_conf_error_for,
@@ -59,3 +60,14 @@ def test_registry_mapping() -> None:
 
     assert produce_error_for(Sub()) == ProduceError.UNKNOWN_PARTITION
     assert all(code in ProduceError for code in PRODUCE_ERROR_FOR.values())
+
+
+def test_registry_mapping_the_handlers_use() -> None:
+    """The TANK handlers answer registry errors only through these tables."""
+    assert create_topic_error_for(errors.Unauthorized()) == CreateTopicError.READ_ONLY
+    assert create_topic_error_for(errors.PartitionLimitReached()) == CreateTopicError.INVALID_REQUEST
+    assert reload_conf_error_for(errors.Unauthorized()) == ReloadConfError.SYSTEM_ERROR
+    assert reload_conf_error_for(errors.InvalidConfig()) == ReloadConfError.PARSE_FAILURE
+    assert consume_flag_for(errors.NotLeader()) == ConsumeFlag.NO_LEADER
+    assert consume_flag_for(errors.CorruptStorage()) == ConsumeFlag.SYSTEM_ERROR
+    assert consume_flag_for(errors.GroupNotFound()) == ConsumeFlag.SYSTEM_ERROR

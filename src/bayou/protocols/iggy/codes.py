@@ -313,6 +313,7 @@ ERROR_STATUS: Mapping[type[errors.BayouError], Status] = MappingProxyType({
     errors.NotLeader: Status.TRANSIENT_NOT_ACCEPTED,
     errors.ReplicationTimeout: Status.TRANSIENT_NOT_COMMITTED,
     errors.NotEnoughReplicas: Status.TRANSIENT_NOT_COMMITTED,  # refused before appending: retriable
+    errors.NotEnoughReplicasAfterAppend: Status.TRANSIENT_NOT_COMMITTED,  # stored, not replicated enough
     errors.GroupNotFound: Status.CONSUMER_GROUP_ID_NOT_FOUND,
     errors.IllegalGeneration: Status.CONSUMER_GROUP_PARTITION_NOT_OWNED,  # the V client re-syncs on it
     errors.UnknownMember: Status.CONSUMER_GROUP_MEMBER_NOT_FOUND,

@@ -162,6 +162,7 @@ CREATE_TOPIC_ERROR_FOR: Mapping[type[errors.BayouError], CreateTopicError] = Map
     errors.InvalidPartitions: CreateTopicError.INVALID_REQUEST,
     errors.InvalidRequest: CreateTopicError.INVALID_REQUEST,
     errors.InvalidConfig: CreateTopicError.INVALID_CONFIG,
+    errors.Unauthorized: CreateTopicError.READ_ONLY,  # tank-cli's "not allowed"
     errors.StorageError: CreateTopicError.SYSTEM_ERROR,
 })
 
@@ -169,6 +170,7 @@ RELOAD_CONF_ERROR_FOR: Mapping[type[errors.BayouError], ReloadConfError] = Mappi
     errors.UnknownTopic: ReloadConfError.INVALID_REQUEST,  # what TANK 4.0 sends (tank.md 8)
     errors.UnknownPartition: ReloadConfError.UNKNOWN_PARTITION,
     errors.InvalidConfig: ReloadConfError.PARSE_FAILURE,
+    errors.Unauthorized: ReloadConfError.SYSTEM_ERROR,  # the 4.0 client has no "not allowed" here
     errors.StorageError: ReloadConfError.SYSTEM_ERROR,
 })
 
@@ -197,6 +199,7 @@ def reload_conf_error_for(exc: errors.BayouError) -> ReloadConfError:
 # A consume entry's error flag (tank.md 5.3): 0xfb, "system error opening the partition", for
 # stored data that cannot be served (a quarantined partition, a failing disk).
 CONSUME_FLAG_FOR: Mapping[type[errors.BayouError], ConsumeFlag] = MappingProxyType({
+    errors.NotLeader: ConsumeFlag.NO_LEADER,  # cluster mode; a known leader is OTHER_LEADER instead
     errors.StorageError: ConsumeFlag.SYSTEM_ERROR,
     errors.CorruptStorage: ConsumeFlag.SYSTEM_ERROR,
 })

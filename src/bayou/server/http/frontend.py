@@ -27,8 +27,9 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
+from bayou.broker.authz import Caller, bind_caller
 from bayou.server.base import Connection, Listener
-from bayou.server.http.auth import authorize
+from bayou.server.http.auth import authorize, error_body
 from bayou.server.metering import UNKNOWN, RequestMeter
 
 if TYPE_CHECKING:
@@ -180,7 +181,9 @@ class HttpFrontEnd:
                           ) -> web.StreamResponse:
         """Each request: the connection is busy (the listener's drain waits for it, the first
         one ends the idle deadline), its principal may reach the route (auth.py), and it is
-        counted under its route, never under the path a client made up."""
+        counted under its route, never under the path a client made up. The principal is bound
+        for the handler (broker calls check it), and an HTTP error aiohttp raises (no such route,
+        method not allowed, body too large) gets the port's JSON error shape."""
         tap = self._taps.get(request.protocol)
         conn = tap.conn if tap is not None else None
         if conn is not None:
@@ -190,15 +193,26 @@ class HttpFrontEnd:
         name = route.canonical if route is not None else UNKNOWN
         status = 500
         try:
-            await authorize(self.server, request, None if route is None else name,
-                            conn.peer if conn is not None else str(request.remote),
-                            conn.peer_cn if conn is not None else None)
-            response = await handler(request)
+            principal = await authorize(self.server, request, None if route is None else name,
+                                        conn.peer if conn is not None else str(request.remote),
+                                        conn.peer_cn if conn is not None else None)
+            token = None if principal is None else bind_caller(Caller(principal))
+            try:
+                response = await handler(request)
+            finally:
+                if token is not None:
+                    token.var.reset(token)
             status = response.status
             return response
         except web.HTTPException as exc:
             status = exc.status
-            raise
+            if exc.status < 400 or exc.content_type == "application/json":
+                raise
+            headers = {k: v for k, v in exc.headers.items()
+                       if k.lower() not in ("content-type", "content-length")}
+            return web.Response(status=exc.status, headers=headers, content_type="application/json",
+                                text=error_body(exc.reason.upper().replace(" ", "_"),
+                                                f"{exc.reason}: {request.method} {request.path}"))
         finally:
             self.meter.record(name, started, status >= 400)
             if conn is not None:

@@ -1,0 +1,232 @@
+"""Kafka request frames and request headers, and the one protocol error.
+
+A Kafka request is ``i32 size | header | body`` (big-endian). The header is
+
+    api_key i16 | api_version i16 | correlation_id i32 | client_id nullable string (i16 length)
+    [tagged fields]                  (header v2 only: the request's version is a flexible one)
+
+Header v0 (no client_id) was only ever used by ControlledShutdown v0, which no client sends and
+Kafka 4 removed; bayou reads v1 and v2. ``client_id`` keeps the legacy i16-length string even in
+header v2 (``RequestHeader.json``), so the fixed part can be read before knowing which header
+version the API and version imply.
+
+The size is checked as soon as its four bytes arrive, before any of the body is buffered. A size
+below the smallest header or above the cap cannot be a request: the stream can no longer be
+trusted, and the connection closes.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+MAX_REQUEST_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default (104857600)
+MIN_REQUEST_SIZE = 10  # api_key, api_version, correlation_id, client_id length
+SIZE_PREFIX = 4
+
+_SIZE = struct.Struct(">i")
+_FIXED_HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
+_KEY_VERSION_ID = struct.Struct(">hhi")
+
+V1_FIRST_BYTE = 0x56  # "V" of "V1|"
+
+
+class KafkaError(Exception):
+    """The one protocol error of the Kafka codec.
+
+    ``close`` means the connection must close: the frame could not be trusted (bad size, unreadable
+    header, unknown API or version, undecodable body). ``reply`` is a complete response frame to
+    send first, when Kafka answers one (ApiVersions at a version bayou does not know: the
+    UNSUPPORTED_VERSION fallback, after which the connection stays open). ``header`` is the
+    request's header when it could be read, for logs and for answering.
+    """
+
+    def __init__(self, message: str, *, close: bool = True, reply: bytes | None = None,
+                 header: RequestHeader | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.close = close
+        self.reply = reply
+        self.header = header
+
+
+class Sniffed(enum.Enum):
+    KAFKA = "kafka"
+    V1 = "v1"
+
+
+def sniff(first: bytes | bytearray | memoryview) -> Sniffed | None:
+    """Which protocol a connection on the shared port speaks, from its first byte; None = no byte yet.
+
+    A V1 line starts with ``V1|`` (0x56). A Kafka request starts with its big-endian i32 size, and a
+    first byte of 0x56 would declare more than 1.4 GB (0x56000000), far above any accepted size, so
+    the first byte decides without waiting for more. A connection that starts with "V" but not
+    "V1|" is V1's to refuse.
+    """
+    if len(first) == 0:
+        return None
+    return Sniffed.V1 if first[0] == V1_FIRST_BYTE else Sniffed.KAFKA
+
+
+def split_frame(buf: bytes | bytearray | memoryview, pos: int = 0,
+                max_size: int = MAX_REQUEST_SIZE) -> tuple[memoryview, int] | None:
+    """The request frame (header and body, without the size) starting at ``pos`` and the position
+    after it; None when more bytes are needed. Raises ``KafkaError`` for a size that cannot be a
+    request, as soon as the four size bytes are there."""
+    if len(buf) - pos < SIZE_PREFIX:
+        return None
+    (size,) = _SIZE.unpack_from(buf, pos)
+    if size < MIN_REQUEST_SIZE or size > max_size:
+        raise KafkaError(f"request size {size} outside {MIN_REQUEST_SIZE}..{max_size}")
+    end = pos + SIZE_PREFIX + size
+    if len(buf) < end:
+        return None
+    return memoryview(buf)[pos + SIZE_PREFIX:end], end
+
+
+class FrameReader:
+    """Splits one connection's byte stream into request frames.
+
+    ``feed`` returns the frames the data completes (an empty list means "need more bytes") or
+    raises ``KafkaError``; nothing else escapes. Frames are ``bytes`` the caller owns.
+    """
+
+    __slots__ = ("_buf", "max_size")
+
+    def __init__(self, max_size: int = MAX_REQUEST_SIZE) -> None:
+        self._buf = bytearray()
+        self.max_size = max_size
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        self._buf += data
+        frames: list[bytes] = []
+        pos = 0
+        try:
+            while (found := split_frame(self._buf, pos, self.max_size)) is not None:
+                frame, pos = found
+                frames.append(bytes(frame))
+                frame.release()
+        finally:
+            del self._buf[:pos]
+        return frames
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """A request header. ``size`` is how many bytes of the frame it occupies (the body follows);
+    ``tagged_fields`` holds header tags (none are defined today) as (tag, raw bytes), kept so a
+    proxy or a log can see them."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    flexible: bool
+    size: int
+    tagged_fields: tuple[tuple[int, bytes], ...] = ()
+
+
+def read_fixed_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id): the part every header version shares."""
+    if len(frame) < 8:
+        raise KafkaError(f"request of {len(frame)} bytes has no header")
+    api_key, api_version, correlation_id = _KEY_VERSION_ID.unpack_from(frame, 0)
+    return api_key, api_version, correlation_id
+
+
+def decode_header(frame: bytes | bytearray | memoryview, *, flexible: bool) -> RequestHeader:
+    """Decode the request header at the start of ``frame``; ``flexible`` selects header v2.
+
+    Which header version a request uses follows from its API and version (``codec`` knows); a
+    caller that does not know it reads the fixed part with ``read_fixed_header`` first.
+    """
+    if len(frame) < MIN_REQUEST_SIZE:
+        raise KafkaError(f"request of {len(frame)} bytes has no header")
+    api_key, api_version, correlation_id, id_len = _FIXED_HEADER.unpack_from(frame, 0)
+    pos = MIN_REQUEST_SIZE
+    client_id: str | None = None
+    if id_len >= 0:
+        end = pos + id_len
+        if end > len(frame):
+            raise KafkaError(f"client_id of {id_len} bytes overruns the request")
+        try:
+            client_id = bytes(frame[pos:end]).decode()
+        except UnicodeDecodeError as exc:
+            raise KafkaError(f"client_id is not UTF-8: {exc}") from None
+        pos = end
+    elif id_len != -1:
+        raise KafkaError(f"client_id length {id_len}")
+    tags: tuple[tuple[int, bytes], ...] = ()
+    if flexible:
+        tags, pos = read_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, flexible, pos, tags)
+
+
+def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """An unsigned varint (at most 5 bytes: Kafka's are 32-bit) and the position after it."""
+    if pos < len(buf) and buf[pos] < 0x80:  # the usual one-byte count, length or tag
+        return buf[pos], pos + 1
+    value = 0
+    for shift in range(0, 35, 7):
+        if pos >= len(buf):
+            raise KafkaError("varint runs past the end of the request")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            if value > 0xFFFFFFFF:
+                raise KafkaError("varint above 32 bits")
+            return value, pos
+    raise KafkaError("varint longer than 5 bytes")
+
+
+def read_tagged_fields(buf: bytes | bytearray | memoryview, pos: int, end: int | None = None
+                       ) -> tuple[tuple[tuple[int, bytes], ...], int]:
+    """A tagged-field section ending by ``end``: count, then (tag, size, bytes) each, tags
+    strictly increasing."""
+    stop = len(buf) if end is None else end
+    count, pos = read_uvarint(buf, pos)
+    if count > stop - pos:
+        raise KafkaError(f"{count} tagged fields in {stop - pos} bytes")
+    fields: list[tuple[int, bytes]] = []
+    last = -1
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        if tag <= last:
+            raise KafkaError(f"tagged field {tag} after {last}")
+        size, pos = read_uvarint(buf, pos)
+        after = pos + size
+        if after > stop:
+            raise KafkaError(f"tagged field {tag} of {size} bytes overruns its bounds")
+        fields.append((tag, bytes(buf[pos:after])))
+        last, pos = tag, after
+    return tuple(fields), pos
+
+
+def write_uvarint(out: bytearray, value: int) -> None:
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def encode_header(header: RequestHeader) -> bytes:
+    """The bytes of a request header (v2 when ``header.flexible``): what a client sends."""
+    out = bytearray(_KEY_VERSION_ID.pack(header.api_key, header.api_version, header.correlation_id))
+    if header.client_id is None:
+        out += b"\xff\xff"
+    else:
+        raw = header.client_id.encode()
+        out += struct.pack(">h", len(raw)) + raw
+    if header.flexible:
+        write_uvarint(out, len(header.tagged_fields))
+        for tag, value in header.tagged_fields:
+            write_uvarint(out, tag)
+            write_uvarint(out, len(value))
+            out += value
+    return bytes(out)
