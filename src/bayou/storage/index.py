@@ -23,6 +23,17 @@ _OFF = struct.Struct(">II")
 _TIME = struct.Struct(">qI")
 
 
+class _Column:
+    """An index's own name for one of its two arrays (read-only)."""
+
+    def __init__(self, array_name: str) -> None:
+        self.array_name = array_name
+
+    def __get__(self, index: object, owner: type | None = None) -> array[int]:
+        column: array[int] = getattr(index, self.array_name)
+        return column
+
+
 class _SparseIndex:
     """What both indexes are: a file of fixed-width (key, value) entries, keys ascending, mirrored
     in two arrays. Readers in other threads bisect ``keys`` and index ``values`` with what they
@@ -31,6 +42,9 @@ class _SparseIndex:
     _entry: ClassVar[struct.Struct]
     entry_size: ClassVar[int]
     _typecodes: ClassVar[tuple[str, str]]  # (keys, values)
+
+    def __init_subclass__(cls) -> None:
+        cls.entry_size = cls._entry.size
 
     def __init__(self, path: Path, handles: HandleCache | None = None) -> None:
         self.path = path
@@ -106,17 +120,10 @@ class _SparseIndex:
 class OffsetIndex(_SparseIndex):
     """Relative offset -> file position of the batch that starts there."""
 
-    _entry = _OFF
-    entry_size = _OFF.size
-    _typecodes = ("Q", "Q")
+    _entry, _typecodes = _OFF, ("Q", "Q")
 
-    @property
-    def rel_offsets(self) -> array[int]:
-        return self.keys
-
-    @property
-    def positions(self) -> array[int]:
-        return self.values
+    rel_offsets = _Column("keys")
+    positions = _Column("values")
 
     def load(self, max_position: int, max_rel_offset: int) -> bool:
         """Read entries from disk; return False (and keep nothing) if they look inconsistent."""
@@ -144,17 +151,10 @@ class OffsetIndex(_SparseIndex):
 class TimeIndex(_SparseIndex):
     """Max timestamp so far -> the relative offset from which timestamps reach it."""
 
-    _entry = _TIME
-    entry_size = _TIME.size
-    _typecodes = ("q", "Q")
+    _entry, _typecodes = _TIME, ("q", "Q")
 
-    @property
-    def timestamps(self) -> array[int]:
-        return self.keys
-
-    @property
-    def rel_offsets(self) -> array[int]:
-        return self.values
+    timestamps = _Column("keys")
+    rel_offsets = _Column("values")
 
     def load(self, max_rel_offset: int) -> bool:
         def follows(last_ts: int, last_rel: int, ts: int, rel: int) -> bool:
