@@ -57,6 +57,7 @@ from bayou.records.cursus import (
 from bayou.records.hashing import fnv1a_32
 from bayou.server.base import Connection, Listener
 from bayou.server.cursus_events import EventStore, SnapshotAhead, VersionConflict
+from bayou.server.frames import serve_frames
 from bayou.server.metering import UNKNOWN, RequestMeter
 from bayou.server.workers import decode_stored, inflate_pool, run_in
 
@@ -799,40 +800,26 @@ def _iso(ms: int) -> str:
 
 def cursus_handler(service: CursusService) -> Callable[[Connection, Listener], Awaitable[None]]:
     async def serve(conn: Connection, listener: Listener) -> None:
-        reader = FrameReader(listener.limits.frame_cap(MAX_FRAME))
         state = ConnState()
-        while not listener.draining:
-            data = await conn.read(reader.pending)
-            if not data:
-                return
+
+        async def handle(body: bytes) -> Body:
             try:
-                bodies = reader.feed(data)
+                reply = await service.handle(body, state, conn)
             except CursusError as exc:
-                if exc.reply is not None:
-                    conn.writer.write(encode_frame(exc.reply))
-                    await conn.writer.drain()
-                return
-            for body in bodies:
-                conn.busy += 1
-                try:
-                    reply = await service.handle(body, state, conn)
-                except CursusError as exc:
-                    if exc.reply is not None:
-                        conn.writer.write(encode_frame(exc.reply))
-                        await conn.writer.drain()
-                    if exc.close:
-                        return
-                    continue
-                finally:
-                    conn.busy -= 1
-                if state.streaming:
-                    return  # the stream owned the connection until it ended
-                if reply is not None:
-                    for frame in reply if isinstance(reply, list) else [reply]:
-                        conn.writer.write(encode_frame(frame))
-                    await conn.writer.drain()
-            if reader.overflowed:
-                return
+                if exc.close:
+                    raise
+                return None if exc.reply is None else encode_frame(exc.reply)
+            if reply is None or state.streaming:  # a stream owned the connection until it ended
+                return None
+            return [encode_frame(r) for r in reply] if isinstance(reply, list) else encode_frame(reply)
+
+        async def refuse(exc: CursusError) -> None:
+            if exc.reply is not None:
+                conn.writer.write(encode_frame(exc.reply))
+                await conn.writer.drain()
+
+        await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_FRAME)), handle,
+                           error=CursusError, refuse=refuse, done=lambda: state.streaming)
     return serve
 
 

@@ -117,6 +117,7 @@ from bayou.records.iggy import (
 )
 from bayou.records.model import Record
 from bayou.server.base import Connection, Listener
+from bayou.server.frames import Framing, serve_frames
 from bayou.server.iggy_catalog import Catalog, GroupEntry, StreamEntry, TopicEntry
 from bayou.server.iggy_users import (
     AuthFailure,
@@ -1765,45 +1766,35 @@ async def _serve(service: IggyService, s: Session, conn: Connection, listener: L
     reader: LegacyFrameReader | VsrFrameReader = (
         VsrFrameReader(cap(MAX_VSR_FRAME)) if framing is Dialect.VSR
         else LegacyFrameReader(cap(MAX_LEGACY_PAYLOAD), cap(MAX_SEND_PAYLOAD)))
-    data = first
-    while True:
+
+    def guard() -> None:
         # Until a login, a frame larger than any login is refused from its header (design-document
-        # clients, served with seed_dialect, have no login).
+        # clients, served with seed_dialect, have no login). Only serving a frame changes s.user.
         reader.login_cap = None if s.user is not None or service.seed_dialect else LOGIN_CAP
-        try:
-            frames: list[Any] = reader.feed(data)
-        except IggyError as exc:
-            if framing is not Dialect.VSR:
-                conn.writer.write(encode_legacy_error(exc.status))
-                await conn.writer.drain()
-            elif exc.request is not None:
-                conn.writer.write(encode_vsr_error(exc.request, exc.status))
-                await conn.writer.drain()
-            return
-        for frame in frames:
-            conn.busy += 1
-            started = time.perf_counter()
-            try:
-                if isinstance(frame, VsrFrame):
-                    reply = await service.handle_vsr(s, frame)
-                else:
-                    reply = await service.handle_legacy(s, frame)
-            finally:
-                conn.busy -= 1
-            command, failed = _metered(frame, reply)
-            service.meter.record(command, started, failed)
-            conn.writer.write(reply)
+
+    async def handle(frame: LegacyFrame | VsrFrame) -> bytes:
+        started = time.perf_counter()
+        if isinstance(frame, VsrFrame):
+            reply = await service.handle_vsr(s, frame)
+        else:
+            reply = await service.handle_legacy(s, frame)
+        command, failed = _metered(frame, reply)
+        service.meter.record(command, started, failed)
+        guard()
+        return reply
+
+    async def refuse(exc: IggyError) -> None:
+        if framing is not Dialect.VSR:
+            conn.writer.write(encode_legacy_error(exc.status))
             await conn.writer.drain()
-            if s.close_after_reply:
-                return
-        if listener.draining:
-            return
-        if reader.deferred:  # a frame waited behind a login in the same data: judge it now
-            data = b""
-            continue
-        data = await conn.read(reader.pending)
-        if not data:
-            return
+        elif exc.request is not None:
+            conn.writer.write(encode_vsr_error(exc.request, exc.status))
+            await conn.writer.drain()
+
+    guard()
+    frames: Framing[LegacyFrame | VsrFrame] = reader
+    await serve_frames(conn, listener, frames, handle, error=IggyError, refuse=refuse,
+                       done=lambda: s.close_after_reply, first=first)
 
 
 __all__ = ["IggyService", "Session", "iggy_handler"]

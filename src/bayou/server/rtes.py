@@ -47,6 +47,7 @@ from bayou.protocols.rtes.codec import (
 )
 from bayou.records.batch import Record, encode_batch, iter_batches
 from bayou.server.base import Connection, Listener
+from bayou.server.frames import serve_frames
 from bayou.server.metering import UNKNOWN, RequestMeter
 from bayou.server.workers import decode_stored
 from bayou.storage import validate_topic_name
@@ -385,42 +386,30 @@ class RtesService:
         return f"topic={r.topic} elected_changes={self.broker.metadata.elect_leaders(r.topic)}"
 
 
+class _Lines(LineReader):
+    """V1's line reader as the serve loop drives it: an over-long line behind complete ones stalls
+    it (the next feed raises ``LineTooLong``)."""
+
+    @property
+    def stalled(self) -> bool:
+        return self.overflowed
+
+
 def rtes_handler(service: RtesService) -> Callable[[Connection, Listener], Awaitable[None]]:
     async def serve(conn: Connection, listener: Listener) -> None:
-        reader = LineReader()
-        while not listener.draining:
-            data = await conn.read(reader.pending)
-            if not data:
-                last = reader.eof()
-                if last is not None:
-                    conn.writer.write(await service.handle_line(last))
-                    await conn.writer.drain()
-                return
-            try:
-                lines = reader.feed(data)
-            except LineTooLong:
-                conn.writer.write(encode_error("0", Code.BAD_REQUEST, "line too long"))
-                await conn.writer.drain()
-                log.warning("closing connection: line too long", extra={"peer": conn.peer})
-                return
-            if lines:
-                conn.busy += 1
-                try:
-                    # Strictly in order: each request is answered before the next one starts
-                    # (rtes.md 11.1), so its reply reflects exactly the state it produced.
-                    for line in lines:
-                        conn.writer.write(await service.handle_line(line))
-                        # Back-pressure per reply: a client that pipelines and does not read
-                        # must not make the server buffer every reply of a 256 KiB read.
-                        await conn.writer.drain()
-                finally:
-                    conn.busy -= 1
-            if reader.overflowed:
-                conn.writer.write(encode_error("0", Code.BAD_REQUEST, "line too long"))
-                await conn.writer.drain()
-                log.warning("closing connection: line too long", extra={"peer": conn.peer})
-                await _close_gently(conn)
-                return
+        # Strictly in order: each request is answered (and drained: a client that pipelines and
+        # does not read must not make the server buffer every reply) before the next one starts
+        # (rtes.md 11.1), so its reply reflects exactly the state it produced.
+        reader = _Lines()
+
+        async def refuse(_exc: LineTooLong) -> None:
+            conn.writer.write(encode_error("0", Code.BAD_REQUEST, "line too long"))
+            await conn.writer.drain()
+            log.warning("closing connection: line too long", extra={"peer": conn.peer})
+            await _close_gently(conn)
+
+        await serve_frames(conn, listener, reader, service.handle_line, error=LineTooLong, refuse=refuse,
+                           last=reader.eof)
     return serve
 
 

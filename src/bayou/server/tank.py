@@ -39,9 +39,10 @@ from bayou.protocols.tank.codes import (
     create_topic_error_for,
     reload_conf_error_for,
 )
-from bayou.protocols.tank.framing import MAX_PAYLOAD, PING_FRAME, FrameReader, frame_header
+from bayou.protocols.tank.framing import MAX_PAYLOAD, PING_FRAME, Frame, FrameReader, frame_header
 from bayou.server import zerocopy
 from bayou.server.base import Connection, Listener
+from bayou.server.frames import serve_frames
 from bayou.server.metering import UNKNOWN, RequestMeter
 from bayou.server.tank_config import TankConfigError, parse_config, to_bayou, valid_topic_name
 from bayou.server.tank_store import (
@@ -462,25 +463,18 @@ def tank_handler(service: TankService) -> Callable[[Connection, Listener], Await
         zerocopy.prepare(conn.writer)
         c = TankConnection(conn)
         conn.writer.write(PING_FRAME)  # once, on accept (§1)
-        reader = FrameReader(listener.limits.frame_cap(MAX_PAYLOAD))
+
+        async def handle(frame: Frame) -> None:
+            # replies are written by the service (pipelined, long polls, sendfile chunks)
+            await service.handle(c, codec.decode_request(frame.msg_id, frame.payload))
+
+        async def refuse(exc: TankError) -> None:
+            log.info("closing TANK connection: %s", exc, extra={"peer": conn.peer})
+
         try:
-            while not listener.draining:
-                # a connection that never sends a request is closed after idle_timeout_s (TANK: 16 s)
-                data = await conn.read(reader.pending)
-                if not data:
-                    return
-                try:
-                    frames = reader.feed(data)
-                    for frame in frames:
-                        req = codec.decode_request(frame.msg_id, frame.payload)
-                        conn.busy += 1
-                        try:
-                            await service.handle(c, req)
-                        finally:
-                            conn.busy -= 1
-                except TankError as exc:
-                    log.info("closing TANK connection: %s", exc, extra={"peer": conn.peer})
-                    return
+            # a connection that never sends a request is closed after idle_timeout_s (TANK: 16 s)
+            await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_PAYLOAD)), handle,
+                               error=TankError, refuse=refuse)
         finally:
             for task in list(c.polls):
                 task.cancel()

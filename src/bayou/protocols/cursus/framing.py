@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import struct
 
+from bayou.protocols import framing
+
 MAX_FRAME = 64 * 1024 * 1024
 KEEPALIVE = b"\x00\x00\x00\x00"
 
@@ -31,7 +33,7 @@ class CursusError(Exception):
         return f"CursusError({self.reply!r}, close={self.close})"
 
 
-class FrameReader:
+class FrameReader(framing.FrameReader[bytes]):
     """Splits a byte stream into frame bodies.
 
     ``feed`` returns every frame the data completes, in order, and keeps a partial one. A declared
@@ -40,56 +42,28 @@ class FrameReader:
     ``overflowed`` is set, so the next call raises.
     """
 
+    error = CursusError
+    head = 4
+
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        super().__init__()
         self.max_frame = max_frame
-        self._buf = bytearray()
-        self.overflowed = False
 
     @property
-    def buffered(self) -> int:
-        """Bytes held for a frame not yet complete (0 at a frame boundary)."""
-        return len(self._buf)
+    def overflowed(self) -> bool:
+        return self._failed is not None
 
-    @property
-    def pending(self) -> int:
-        """Bytes the frame in progress will occupy, from its length prefix once that is in (else
-        what is held): what a server reserves of its memory budget before reading on."""
-        if len(self._buf) >= 4:
-            return 4 + int(_U32.unpack_from(self._buf)[0])
-        return len(self._buf)
-
-    def feed(self, data: bytes) -> list[bytes]:
-        if self.overflowed:
+    def _measure(self, src: framing.Buffer, pos: int, n: int) -> int:
+        length: int = _U32.unpack_from(src, pos)[0]
+        if length > self.max_frame:
             raise CursusError(None, close=True)
-        src: bytes | bytearray
-        if self._buf:
-            self._buf += data
-            src = self._buf
-        else:
-            src = data  # common case: parse straight from the chunk, copy only the leftover
-        frames: list[bytes] = []
-        pos = 0
-        n = len(src)
-        unpack = _U32.unpack_from
-        while n - pos >= 4:
-            (length,) = unpack(src, pos)
-            if length > self.max_frame:
-                self.overflowed = True
-                self._buf = bytearray()
-                if frames:
-                    return frames
-                raise CursusError(None, close=True)
-            end = pos + 4 + length
-            if end > n:
-                break
-            frames.append(bytes(src[pos + 4 : end]))
-            pos = end
-        if src is self._buf:
-            if pos:
-                del self._buf[:pos]
-        elif pos < n:
-            self._buf = bytearray(memoryview(src)[pos:])
-        return frames
+        return 4 + length
+
+    def _frame(self, src: framing.Buffer, pos: int, end: int) -> bytes:
+        return bytes(src[pos + 4 : end])
+
+    def _declared(self, buf: bytearray) -> int | None:
+        return 4 + int(_U32.unpack_from(buf)[0]) if len(buf) >= 4 else None
 
 
 def encode_frame(body: bytes) -> bytes:

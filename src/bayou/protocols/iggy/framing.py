@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import xxhash
 
+from bayou.protocols.framing import AtBoundary, Buffer, FrameReader
 from bayou.protocols.iggy.codes import (
     CHECKSUMMED_REQUESTS,
     COMMAND_OF_OPERATION,
@@ -125,7 +126,7 @@ class LegacyFrame:
     payload: bytes
 
 
-class LegacyFrameReader:
+class LegacyFrameReader(FrameReader[LegacyFrame]):
     """Splits a legacy byte stream into ``LegacyFrame``s (A.1, B.1).
 
     A declared length below 4, or a payload above the cap (``max_payload``, or ``max_send_payload``
@@ -139,68 +140,37 @@ class LegacyFrameReader:
     (a pipelined login): ``deferred`` is then set and the caller feeds ``b""`` again.
     """
 
+    error = IggyError
+    head = 4
+
     def __init__(self, max_payload: int = MAX_LEGACY_PAYLOAD, max_send_payload: int = MAX_SEND_PAYLOAD
                  ) -> None:
+        super().__init__()
         self.max_payload = max_payload
         self.max_send_payload = max_send_payload
         self.login_cap: int | None = None
-        self.deferred = False
-        self._buf = bytearray()
-        self._failed: IggyError | None = None
 
-    @property
-    def buffered(self) -> int:
-        return len(self._buf)
+    def _measure(self, src: Buffer, pos: int, n: int) -> int:
+        (length,) = _U32.unpack_from(src, pos)
+        if length < 4:
+            raise IggyError(Status.INVALID_COMMAND, f"frame length {length} is below 4", close=True)
+        if self.login_cap is not None and length - 4 > self.login_cap:
+            raise AtBoundary(IggyError(Status.UNAUTHENTICATED,
+                                       f"payload of {length - 4} bytes before a login", close=True))
+        if n - pos < 8:
+            return 0
+        (code,) = _U32.unpack_from(src, pos + 4)
+        cap = self.max_send_payload if code == Command.SEND_MESSAGES else self.max_payload
+        if length - 4 > cap:
+            raise IggyError(Status.INVALID_COMMAND, f"payload of {length - 4} bytes exceeds {cap}",
+                            close=True)
+        return 4 + int(length)
 
-    @property
-    def pending(self) -> int:
-        """Bytes the frame in progress will occupy, from its header once that is in."""
-        if len(self._buf) >= 4:
-            return 4 + int(_U32.unpack_from(self._buf)[0])
-        return len(self._buf)
+    def _frame(self, src: Buffer, pos: int, end: int) -> LegacyFrame:
+        return LegacyFrame(_U32.unpack_from(src, pos + 4)[0], bytes(src[pos + 8 : end]))
 
-    def feed(self, data: bytes) -> list[LegacyFrame]:
-        if self._failed is not None:
-            raise self._failed
-        self._buf += data
-        buf = self._buf
-        frames: list[LegacyFrame] = []
-        pos = 0
-        n = len(buf)
-        self.deferred = False
-        while n - pos >= 4:
-            (length,) = _U32.unpack_from(buf, pos)
-            if length < 4:
-                return self._fail(frames, pos, IggyError(
-                    Status.INVALID_COMMAND, f"frame length {length} is below 4", close=True))
-            if self.login_cap is not None and length - 4 > self.login_cap:
-                if frames:
-                    self.deferred = True
-                    break
-                return self._fail(frames, pos, IggyError(
-                    Status.UNAUTHENTICATED, f"payload of {length - 4} bytes before a login", close=True))
-            if n - pos < 8:
-                break
-            (code,) = _U32.unpack_from(buf, pos + 4)
-            cap = self.max_send_payload if code == Command.SEND_MESSAGES else self.max_payload
-            if length - 4 > cap:
-                return self._fail(frames, pos, IggyError(
-                    Status.INVALID_COMMAND, f"payload of {length - 4} bytes exceeds {cap}", close=True))
-            end = pos + 4 + length
-            if end > n:
-                break
-            frames.append(LegacyFrame(code, bytes(buf[pos + 8 : end])))
-            pos = end
-        if pos:
-            del buf[:pos]
-        return frames
-
-    def _fail(self, frames: list[LegacyFrame], pos: int, error: IggyError) -> list[LegacyFrame]:
-        self._failed = error
-        self._buf = bytearray()
-        if frames:
-            return frames
-        raise error
+    def _declared(self, buf: bytearray) -> int | None:
+        return 4 + int(_U32.unpack_from(buf)[0]) if len(buf) >= 4 else None
 
 
 def encode_legacy_request(code: int, payload: bytes = b"") -> bytes:
@@ -246,7 +216,7 @@ def decode_legacy_reply(frame: bytes) -> tuple[int, bytes]:
 # -- VSR framing (V) ----------------------------------------------------------------------------
 
 
-def _u128(buf: bytes | bytearray, at: int) -> int:
+def _u128(buf: Buffer, at: int) -> int:
     lo, hi = _U128_PAIR.unpack_from(buf, at)
     return int(lo | (hi << 64))
 
@@ -274,7 +244,7 @@ class RequestHeader:
     size: int = HEADER_SIZE
 
     @staticmethod
-    def decode(buf: bytes | bytearray, at: int = 0) -> RequestHeader:
+    def decode(buf: Buffer, at: int = 0) -> RequestHeader:
         (size,) = _U32.unpack_from(buf, at + 48)
         timestamp, request = struct.unpack_from("<QQ", buf, at + 160)
         (session,) = struct.unpack_from("<Q", buf, at + 184)
@@ -319,69 +289,39 @@ class VsrFrame:
             return None
 
 
-class VsrFrameReader:
+class VsrFrameReader(FrameReader[VsrFrame]):
     """Splits a V byte stream into ``VsrFrame``s (C.1): a 256-byte header whose ``size`` at offset
     48 covers header and body. A size below 256 or above ``max_frame``, or a command byte other than
     5 (Request), raises ``IggyError(close=True)``: D.2 says close the connection. ``login_cap``
     and ``deferred`` work as in ``LegacyFrameReader`` (the error carries the refused header)."""
 
+    error = IggyError
+    head = HEADER_SIZE
+
     def __init__(self, max_frame: int = MAX_VSR_FRAME) -> None:
+        super().__init__()
         self.max_frame = max_frame
         self.login_cap: int | None = None
-        self.deferred = False
-        self._buf = bytearray()
-        self._failed: IggyError | None = None
 
-    @property
-    def buffered(self) -> int:
-        return len(self._buf)
+    def _measure(self, src: Buffer, pos: int, n: int) -> int:
+        size: int = _U32.unpack_from(src, pos + 48)[0]
+        if src[pos + 60] != COMMAND_REQUEST:
+            raise IggyError(Status.INVALID_COMMAND, f"header command {src[pos + 60]} is not Request (5)",
+                            close=True)
+        if size >= HEADER_SIZE and self.login_cap is not None and size - HEADER_SIZE > self.login_cap:
+            raise AtBoundary(IggyError(Status.UNAUTHENTICATED,
+                                       f"body of {size - HEADER_SIZE} bytes before a login",
+                                       close=True, request=RequestHeader.decode(src, pos)))
+        if size < HEADER_SIZE or size > self.max_frame:
+            raise IggyError(Status.INVALID_COMMAND,
+                            f"frame size {size} outside {HEADER_SIZE}..{self.max_frame}", close=True)
+        return size
 
-    @property
-    def pending(self) -> int:
-        """Bytes the frame in progress will occupy, from its header once its size field is in."""
-        if len(self._buf) >= 52:
-            return max(HEADER_SIZE, int(_U32.unpack_from(self._buf, 48)[0]))
-        return len(self._buf)
+    def _frame(self, src: Buffer, pos: int, end: int) -> VsrFrame:
+        return VsrFrame(RequestHeader.decode(src, pos), bytes(src[pos + HEADER_SIZE : end]))
 
-    def feed(self, data: bytes) -> list[VsrFrame]:
-        if self._failed is not None:
-            raise self._failed
-        self._buf += data
-        buf = self._buf
-        frames: list[VsrFrame] = []
-        pos = 0
-        n = len(buf)
-        self.deferred = False
-        while n - pos >= HEADER_SIZE:
-            (size,) = _U32.unpack_from(buf, pos + 48)
-            problem = None
-            if buf[pos + 60] != COMMAND_REQUEST:
-                problem = f"header command {buf[pos + 60]} is not Request (5)"
-            elif size >= HEADER_SIZE and self.login_cap is not None and size - HEADER_SIZE > self.login_cap:
-                if frames:
-                    self.deferred = True
-                    break
-                self._failed = IggyError(Status.UNAUTHENTICATED,
-                                         f"body of {size - HEADER_SIZE} bytes before a login",
-                                         close=True, request=RequestHeader.decode(buf, pos))
-                self._buf = bytearray()
-                raise self._failed
-            elif size < HEADER_SIZE or size > self.max_frame:
-                problem = f"frame size {size} outside {HEADER_SIZE}..{self.max_frame}"
-            if problem is not None:
-                self._failed = IggyError(Status.INVALID_COMMAND, problem, close=True)
-                self._buf = bytearray()
-                if frames:
-                    return frames
-                raise self._failed
-            if n - pos < size:
-                break
-            header = RequestHeader.decode(buf, pos)
-            frames.append(VsrFrame(header, bytes(buf[pos + HEADER_SIZE : pos + size])))
-            pos += size
-        if pos:
-            del buf[:pos]
-        return frames
+    def _declared(self, buf: bytearray) -> int | None:
+        return max(HEADER_SIZE, int(_U32.unpack_from(buf, 48)[0])) if len(buf) >= 52 else None
 
 
 def request_checksum(operation: int, body: bytes) -> int:

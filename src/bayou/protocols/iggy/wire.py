@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 
+from bayou.protocols.framing import ByteCursor
 from bayou.protocols.iggy.codes import Status
 from bayou.protocols.iggy.framing import IggyError
 from bayou.protocols.iggy.messages import (
@@ -41,45 +42,22 @@ MAX_OPTIONS_BYTES = 100_000
 MAX_FIELD = 255
 
 
-class Reader:
+class Reader(ByteCursor):
     """A cursor over ``buf[pos:end]``. Truncation raises ``IggyError(status)`` (INVALID_COMMAND
     unless told otherwise)."""
 
-    __slots__ = ("buf", "end", "pos", "status")
+    __slots__ = ("status",)
 
     def __init__(self, buf: bytes, pos: int = 0, end: int | None = None,
                  status: Status = Status.INVALID_COMMAND) -> None:
-        self.buf = buf
-        self.pos = pos
-        self.end = len(buf) if end is None else end
+        super().__init__(buf, pos, end)
         self.status = status
 
-    @property
-    def remaining(self) -> int:
-        return self.end - self.pos
+    def _error(self, message: str) -> IggyError:
+        return IggyError(self.status, message)
 
-    def skip(self, n: int) -> int:
-        """Step over ``n`` bytes; their start position."""
-        at = self.pos
-        if n > self.end - at:
-            raise IggyError(self.status, f"payload truncated at byte {at}: {n} more needed")
-        self.pos = at + n
-        return at
-
-    def u8(self) -> int:
-        return self.buf[self.skip(1)]
-
-    def u16(self) -> int:
-        v: int = U16.unpack_from(self.buf, self.skip(2))[0]
-        return v
-
-    def u32(self) -> int:
-        v: int = U32.unpack_from(self.buf, self.skip(4))[0]
-        return v
-
-    def u64(self) -> int:
-        v: int = U64.unpack_from(self.buf, self.skip(8))[0]
-        return v
+    def _trailing_error(self, message: str) -> IggyError:
+        return IggyError(Status.INVALID_COMMAND, message)
 
     def u128(self) -> int:
         lo, hi = U128_PARTS.unpack_from(self.buf, self.skip(16))
@@ -88,10 +66,6 @@ class Reader:
     def f32(self) -> float:
         v: float = F32.unpack_from(self.buf, self.skip(4))[0]
         return v
-
-    def take(self, n: int) -> bytes:
-        at = self.skip(n)
-        return self.buf[at : at + n]
 
     def rest(self) -> bytes:
         at = self.skip(self.end - self.pos)
@@ -111,10 +85,6 @@ class Reader:
             raise IggyError(status, "empty name")
         return self.text(n, status)
 
-    def bytes8(self) -> bytes:
-        """u8 length + bytes (passwords, tokens: length 0 allowed)."""
-        return self.take(self.u8())
-
     def str32(self) -> str:
         return self.text(self.u32())
 
@@ -122,11 +92,6 @@ class Reader:
         """str32 where length 0 means absent (B.3 login version/context)."""
         n = self.u32()
         return self.text(n) if n else None
-
-    def done(self) -> None:
-        if self.pos != self.end:
-            raise IggyError(Status.INVALID_COMMAND,
-                            f"{self.end - self.pos} unexpected bytes after the payload")
 
     # -- composite primitives ------------------------------------------------------------------
 

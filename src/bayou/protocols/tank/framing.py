@@ -10,11 +10,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from bayou.protocols import framing
 from bayou.protocols.tank.codes import TankError
 
 MAX_PAYLOAD = 256 * 1024 * 1024
 HEADER = struct.Struct("<BI")
 HEADER_SIZE = HEADER.size  # 5
+_SIZE = struct.Struct("<I")
 
 PING_FRAME = b"\x03\x00\x00\x00\x00"
 """What the broker sends once on every accepted connection (tank.md 1)."""
@@ -29,7 +31,7 @@ class Frame:
     payload: bytes
 
 
-class FrameReader:
+class FrameReader(framing.FrameReader[Frame]):
     """Splits a byte stream into ``Frame``s.
 
     ``feed`` returns every frame the data completes, in order (an empty list means "need more
@@ -38,56 +40,24 @@ class FrameReader:
     next call raises.
     """
 
+    error = TankError
+    head = HEADER_SIZE
+
     def __init__(self, max_payload: int = MAX_PAYLOAD) -> None:
+        super().__init__()
         self.max_payload = max_payload
-        self._buf = bytearray()
-        self._failed: TankError | None = None
 
-    @property
-    def buffered(self) -> int:
-        """Bytes held for a frame not yet complete (0 at a frame boundary)."""
-        return len(self._buf)
+    def _measure(self, src: framing.Buffer, pos: int, n: int) -> int:
+        size: int = _SIZE.unpack_from(src, pos + 1)[0]
+        if size > self.max_payload:
+            raise TankError(f"frame payload of {size} bytes exceeds {self.max_payload}")
+        return HEADER_SIZE + size
 
-    @property
-    def pending(self) -> int:
-        """Bytes the frame in progress will occupy, from its header once that is in (else what is
-        held): what a server reserves of its memory budget before reading on."""
-        if len(self._buf) >= HEADER_SIZE:
-            return HEADER_SIZE + int(HEADER.unpack_from(self._buf)[1])
-        return len(self._buf)
+    def _frame(self, src: framing.Buffer, pos: int, end: int) -> Frame:
+        return Frame(src[pos], bytes(src[pos + HEADER_SIZE : end]))
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
-        if self._failed is not None:
-            raise self._failed
-        src: bytes | bytearray | memoryview
-        if self._buf:
-            self._buf += data
-            src = self._buf
-        else:
-            src = data  # common case: parse straight from the chunk, copy only the leftover
-        frames: list[Frame] = []
-        pos = 0
-        n = len(src)
-        unpack = HEADER.unpack_from
-        while n - pos >= HEADER_SIZE:
-            msg_id, size = unpack(src, pos)
-            if size > self.max_payload:
-                self._failed = TankError(f"frame payload of {size} bytes exceeds {self.max_payload}")
-                self._buf = bytearray()
-                if frames:
-                    return frames
-                raise self._failed
-            end = pos + HEADER_SIZE + size
-            if end > n:
-                break
-            frames.append(Frame(msg_id, bytes(src[pos + HEADER_SIZE : end])))
-            pos = end
-        if src is self._buf:
-            if pos:
-                del self._buf[:pos]
-        elif pos < n:
-            self._buf = bytearray(memoryview(src)[pos:])
-        return frames
+    def _declared(self, buf: bytearray) -> int | None:
+        return HEADER_SIZE + int(_SIZE.unpack_from(buf, 1)[0]) if len(buf) >= HEADER_SIZE else None
 
 
 def encode_frame(msg_id: int, payload: bytes = b"") -> bytes:

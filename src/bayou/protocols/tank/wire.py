@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 
+from bayou.protocols.framing import ByteCursor
 from bayou.protocols.tank.codes import TankError
 
 U8 = struct.Struct("<B")
@@ -103,42 +104,13 @@ def enc_bytes8(raw: bytes) -> bytes:
     return U8.pack(len(raw)) + raw
 
 
-class Reader:
+class Reader(ByteCursor):
     """A cursor over ``buf[pos:end]`` of one complete payload."""
 
-    __slots__ = ("buf", "end", "pos")
+    __slots__ = ()
 
-    def __init__(self, buf: bytes, pos: int = 0, end: int | None = None) -> None:
-        self.buf = buf
-        self.pos = pos
-        self.end = len(buf) if end is None else end
-
-    @property
-    def remaining(self) -> int:
-        return self.end - self.pos
-
-    def skip(self, n: int) -> int:
-        """Step over ``n`` bytes; their start position."""
-        at = self.pos
-        if n > self.end - at:
-            raise TankError(f"payload truncated at byte {at}: {n} more needed")
-        self.pos = at + n
-        return at
-
-    def u8(self) -> int:
-        return self.buf[self.skip(1)]
-
-    def u16(self) -> int:
-        v: int = U16.unpack_from(self.buf, self.skip(2))[0]
-        return v
-
-    def u32(self) -> int:
-        v: int = U32.unpack_from(self.buf, self.skip(4))[0]
-        return v
-
-    def u64(self) -> int:
-        v: int = U64.unpack_from(self.buf, self.skip(8))[0]
-        return v
+    def _error(self, message: str) -> TankError:
+        return TankError(message)
 
     def peek_u16(self) -> int | None:
         if self.end - self.pos < 2:
@@ -150,16 +122,5 @@ class Reader:
         value, self.pos = decode_varint(self.buf, self.pos, self.end)
         return value
 
-    def take(self, n: int) -> bytes:
-        at = self.skip(n)
-        return self.buf[at : at + n]
-
-    def bytes8(self) -> bytes:
-        return self.take(self.u8())
-
     def str8(self) -> str:
         return text_of(self.bytes8())
-
-    def done(self) -> None:
-        if self.pos != self.end:
-            raise TankError(f"{self.end - self.pos} unexpected bytes after the payload")

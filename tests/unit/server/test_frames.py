@@ -1,0 +1,125 @@
+"""server/frames.py: the one serve loop, over real loopback sockets, with a toy protocol built on
+Cursus framing (u32 length + body): each body is echoed upper-cased; b"bye" is answered and then
+closes the connection; b"boom" raises the protocol error, which is answered with b"refused"."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bayou.protocols.cursus.framing import CursusError, FrameReader, encode_frame
+from bayou.server.base import Connection, ConnectionLimits, Listener
+from bayou.server.frames import Reply, serve_frames
+from bayou.server.rtes import _Lines
+
+LIMITS = ConnectionLimits(idle_timeout_s=5, request_timeout_s=5)
+
+
+async def _toy(conn: Connection, listener: Listener) -> None:
+    said: list[bytes] = []
+
+    async def handle(body: bytes) -> Reply:
+        said.append(body)
+        if body == b"boom":
+            raise CursusError(b"refused", close=True)
+        if body == b"two":
+            return [encode_frame(b"TWO-1"), encode_frame(b"TWO-2")]
+        return encode_frame(body.upper())
+
+    async def refuse(exc: CursusError) -> None:
+        conn.writer.write(encode_frame(exc.reply or b"refused-by-reader"))
+        await conn.writer.drain()
+
+    await serve_frames(conn, listener, FrameReader(1024), handle, error=CursusError, refuse=refuse,
+                       done=lambda: said[-1:] == [b"bye"])
+
+
+async def _lines(conn: Connection, listener: Listener) -> None:
+    reader = _Lines(max_line=64)
+
+    async def handle(line: bytes) -> Reply:
+        return b"[" + line + b"]\n"
+
+    async def refuse(_exc: Exception) -> None:
+        conn.writer.write(b"too long\n")
+        await conn.writer.drain()
+
+    await serve_frames(conn, listener, reader, handle, error=Exception, refuse=refuse, last=reader.eof)
+
+
+@pytest.fixture
+async def toy() -> AsyncIterator[Listener]:
+    listener = Listener("toy", "127.0.0.1", 0, _toy, LIMITS)
+    await listener.start()
+    yield listener
+    listener.stop_accepting()
+    await listener.drain(1)
+
+
+async def _replies(reader: asyncio.StreamReader) -> list[bytes]:
+    """Every frame until the server closes (within 5 s)."""
+    data = await asyncio.wait_for(reader.read(), 5)
+    out, pos = [], 0
+    while pos < len(data):
+        (n,) = struct.unpack_from(">I", data, pos)
+        out.append(data[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+    return out
+
+
+async def test_pipelined_frames_are_answered_in_order_and_a_bad_header_right_after(toy: Listener) -> None:
+    """The oversized header behind complete frames is refused as soon as they are answered: the
+    client sends nothing more and does not close."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", toy.port)
+    writer.write(encode_frame(b"a") + encode_frame(b"two") + encode_frame(b"c") + struct.pack(">I", 4096))
+    await writer.drain()
+    assert await _replies(reader) == [b"A", b"TWO-1", b"TWO-2", b"C", b"refused-by-reader"]
+    writer.close()
+
+
+async def test_a_handler_error_is_refused_and_done_closes_after_the_reply(toy: Listener) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", toy.port)
+    writer.write(encode_frame(b"x") + encode_frame(b"boom") + encode_frame(b"never"))
+    assert await _replies(reader) == [b"X", b"refused"]
+    writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", toy.port)
+    writer.write(encode_frame(b"bye") + encode_frame(b"never"))
+    assert await _replies(reader) == [b"BYE"]
+    writer.close()
+
+
+async def test_a_connection_counts_its_requests_and_frees_its_budget(toy: Listener) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", toy.port)
+    writer.write(encode_frame(b"a") + encode_frame(b"b")[:4])
+    assert await asyncio.wait_for(reader.readexactly(5), 5) == encode_frame(b"A")
+    (conn,) = toy.connections
+    assert conn.requests == 1 and conn.held == 5  # the partial frame's declared size is reserved
+    writer.write(encode_frame(b"b")[4:])
+    assert await asyncio.wait_for(reader.readexactly(5), 5) == encode_frame(b"B")
+    writer.close()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while toy.connections and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    assert conn.requests == 2 and toy.admission.budget.used == 0
+
+
+async def test_the_last_frame_at_eof_and_an_over_long_line() -> None:
+    listener = Listener("lines", "127.0.0.1", 0, _lines, LIMITS)
+    await listener.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(b"one\ntwo")
+        writer.write_eof()
+        assert await asyncio.wait_for(reader.read(), 5) == b"[one]\n[two]\n"
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(b"one\n" + b"x" * 100)
+        assert await asyncio.wait_for(reader.read(), 5) == b"[one]\ntoo long\n"
+        writer.close()
+    finally:
+        listener.stop_accepting()
+        await listener.drain(1)
