@@ -94,6 +94,7 @@ def _partitions(root: Path) -> Iterator[tuple[Path, LogConfig]]:
 def _index_problem(seg: Segment) -> str | None:
     """Why ``seg``'s indexes do not describe its log (None: they do). A torn file is reported
     before loading, so checking never rewrites anything."""
+    present = []
     for path, entry in ((seg.index.path, OffsetIndex.entry_size),
                         (seg.time_index.path, TimeIndex.entry_size)):
         try:
@@ -101,10 +102,13 @@ def _index_problem(seg: Segment) -> str | None:
         except FileNotFoundError:
             if seg.size:
                 return f"{path.name} is missing"
+            present.append(False)  # an empty segment (a partition never written to) needs none
             continue
         if size % entry:
             return f"{path.name} ends in a torn entry"
-    if not (seg.index.load(seg.size, _MAX_REL) and seg.time_index.load(_MAX_REL)):
+        present.append(True)
+    if ((present[0] and not seg.index.load(seg.size, _MAX_REL))
+            or (present[1] and not seg.time_index.load(_MAX_REL))):
         return "index entries out of order or past the log"
     if not seg.indexes_match_log():
         return "index entries do not point at the batches they name"

@@ -129,3 +129,16 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert runner.invoke(main, ["verify", "--data-dir", str(root)]).exit_code == 0
     missing = runner.invoke(main, ["verify", "--data-dir", str(tmp_path / "none")])
     assert missing.exit_code == 8
+
+
+def test_partitions_never_written_to_verify_clean(tmp_path: Path) -> None:
+    """A partition nobody wrote to holds an empty log and no index files after a clean stop:
+    nothing is damaged (this was reported as 'index entries out of order or past the log')."""
+    root = tmp_path / "data"
+    build(root / "topics" / "t" / "0")
+    build(root / "topics" / "e" / "0", batches=0)  # opened and closed empty, like a fresh partition
+    for p in (root / "topics" / "e" / "0").glob("*index"):
+        p.unlink()
+    assert [p.stat().st_size for p in (root / "topics" / "e" / "0").glob("*.log")] == [0]
+    report = verify_data_dir(root)
+    assert report.exit_code == EXIT_CLEAN and report.findings == [], report.findings
