@@ -18,6 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 ROOT = basic("iggy", "iggy")
 READER = basic("reader", "pw-reader-1")
 SENDER = basic("sender", "pw-sender-1")
+NOBODY = basic("nobody", "pw-nobody-1")
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         port = b.http_port
         reader = {"global_permissions": {"read_servers": True, "read_topics": True, "poll_messages": True}}
         sender = {"global_permissions": {"send_messages": True}}
-        for name, password, perms in (("reader", "pw-reader-1", reader), ("sender", "pw-sender-1", sender)):
+        for name, password, perms in (("reader", "pw-reader-1", reader), ("sender", "pw-sender-1", sender),
+                                      ("nobody", "pw-nobody-1", {"global_permissions": {}})):
             status, doc = call(port, "POST", "/users", {"username": name, "password": password,
                                                         "permissions": perms}, auth=ROOT)
             assert status == 201, doc
@@ -98,6 +100,20 @@ def test_a_sender_may_produce_but_not_browse(broker: BrokerProcess) -> None:
     status, doc = call(port, "GET", "/topics/secret/partitions/0/messages", auth=SENDER)
     assert status == 403 and error_code(doc) == "FORBIDDEN"
     assert call(port, "GET", "/cluster", auth=SENDER)[0] == 403  # read_servers
+
+
+@pytest.mark.parametrize(("method", "suffix", "body"), [
+    ("GET", "", None), ("DELETE", "", None), ("PATCH", "/config", {"retention.ms": 1}),
+    ("POST", "/partitions", {"count": 1})])
+def test_a_topic_the_caller_may_not_describe_is_403_whether_or_not_it_exists(
+        broker: BrokerProcess, method: str, suffix: str, body: object) -> None:
+    """A user with no rights may describe no topic (listings hide them all): an existing topic
+    and a missing one get the same 403, so the API does not tell which names exist."""
+    port = broker.http_port
+    there = call(port, method, f"/topics/secret{suffix}", body, auth=NOBODY)
+    missing = call(port, method, f"/topics/no-such-topic{suffix}", body, auth=NOBODY)
+    assert there[0] == missing[0] == 403, (there, missing)
+    assert error_code(there[1]) == error_code(missing[1]) == "FORBIDDEN"
 
 
 def test_root_may_change(broker: BrokerProcess) -> None:

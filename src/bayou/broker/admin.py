@@ -222,26 +222,43 @@ class GroupLag:
         return 0 if self.description is None else len(self.description.members)
 
 
-def group_names(broker: Broker) -> list[str]:
+Committed = dict[tuple[str, int], int]
+
+
+def offsets_by_group(broker: Broker) -> dict[str, Committed]:
+    """Every committed offset, grouped by group in one pass (a listing of N groups must not scan
+    all offsets N times on the event loop)."""
+    out: dict[str, Committed] = {}
+    for (g, t, p), off in broker.groups.offsets.items():
+        out.setdefault(g, {})[(t, p)] = off
+    return out
+
+
+def group_names(broker: Broker, index: dict[str, Committed] | None = None) -> list[str]:
     """Every group the caller may see: those with a membership record and those that only
-    committed offsets (Iggy consumers, V1 commits without a join)."""
-    seen = set(broker.groups.list_groups()) | {k[0] for k in broker.groups.offsets}
+    committed offsets (Iggy consumers, V1 commits without a join). ``index``: offsets_by_group."""
+    index = offsets_by_group(broker) if index is None else index
+    seen = set(broker.groups.list_groups()) | set(index)
     visible = set(broker.list_groups())
     for name in seen - set(broker.groups.groups):  # offsets only: visible if every topic is
-        topics = {k[1] for k in broker.groups.offsets if k[0] == name}
+        topics = {t for t, _p in index.get(name, {})}
         if len(broker.visible_topics_of(topics)) == len(topics):
             visible.add(name)
     return sorted(visible)
 
 
-async def group_lag(broker: Broker, group: str) -> GroupLag:
+async def group_lag(broker: Broker, group: str, index: dict[str, Committed] | None = None) -> GroupLag:
     """A group's members, assignment, committed offsets and lag per partition (the high watermark
-    minus the committed offset, or minus the log start when the offset fell below it)."""
+    minus the committed offset, or minus the log start when the offset fell below it).
+    ``index``: offsets_by_group, when listing many groups."""
     description: GroupDescription | None = None
     if group in broker.groups.groups:
         broker.describe_group(group)  # the authorization check
         description = await broker.current_group(group)
-    committed = {(t, p): off for (g, t, p), off in broker.groups.offsets.items() if g == group}
+    if index is None:
+        committed = {(t, p): off for (g, t, p), off in broker.groups.offsets.items() if g == group}
+    else:
+        committed = dict(index.get(group, {}))
     if description is None and not committed:
         raise GroupNotFound(f"no group {group}")
     for topic in sorted({t for t, _p in committed}):

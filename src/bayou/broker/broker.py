@@ -688,7 +688,7 @@ class Broker:
                 await asyncio.get_running_loop().run_in_executor(self._io, _purge)
             finally:
                 for part in parts:
-                    part.reset_dedup()  # de-duplication knows what the log holds, as after a restart
+                    part.reset_idempotence()  # de-duplication knows what the log holds, as after a restart
                     part.notify()
             log.info("purged topic %s", name)
 
@@ -727,7 +727,7 @@ class Broker:
             merged = dict(topic.meta.config)
             if any(merged.get(k) != v for k, v in before.items()):
                 for part in topic.partitions:  # rebuilt from the log, with the new settings
-                    part.reset_dedup()
+                    part.reset_idempotence()
             await asyncio.get_running_loop().run_in_executor(self._io, self.store.write_topic, topic.meta)
             topic.log_config = cfg
             for part in topic.partitions:

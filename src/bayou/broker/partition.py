@@ -70,10 +70,13 @@ class Partition:
         """The message de-duplication table, None until rebuilt."""
         return self.dedup_state.table
 
-    def reset_dedup(self) -> None:
-        """Forget the de-duplication table (config changed, log purged): the next de-duplicated
-        send rebuilds it from what the log holds then."""
+    def reset_idempotence(self) -> None:
+        """Forget the de-duplication and producer tables (config changed, log purged or cut by a
+        follower's truncation): the next idempotent or de-duplicated send rebuilds them from what
+        the log holds then, as after a restart (a table that remembered records no longer stored
+        would acknowledge their retries as replays and store nothing)."""
         self.dedup_state.reset()
+        self.producer_state.reset()
 
     def notify(self) -> None:
         waiters, self._waiters = self._waiters, []

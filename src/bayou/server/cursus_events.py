@@ -89,7 +89,8 @@ class EventStore:
         part = self.broker.partition(topic, partition)
         offset = part.log.log_start_offset
         while offset < part.high_watermark:
-            res = await self.broker.fetch(topic, partition, offset, max_bytes=4 << 20)
+            res = await self.broker.fetch(topic, partition, offset, max_bytes=4 << 20,
+                                          from_log_start=True)  # retention may move the start
             if not res.data:
                 break
             for pos, _h in iter_batches(res.data):

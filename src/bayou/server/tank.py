@@ -248,9 +248,18 @@ class TankService:
                 answers.append((m.ConsumeUnknownTopic(t.name, len(t.partitions)), []))
                 immediate = True
                 continue
-            entries = [await self._resolve(t.name, p) for p in t.partitions]
-            immediate = immediate or any(not eop for _r, _c, eop in entries)
+            entries: list[Entry] = []
             answers.append((t, entries))
+            try:
+                for p in t.partitions:
+                    entries.append(await self._resolve(t.name, p))
+            except BaseException:  # chunks resolved so far hold segment leases: give them back
+                for _t, done in answers:
+                    for _r, chunk, _eop in done:
+                        if chunk is not None:
+                            chunk.release()
+                raise
+            immediate = immediate or any(not eop for _r, _c, eop in entries)
         if immediate:
             await self._send_consume(c, req, answers)
             return
@@ -290,8 +299,14 @@ class TankService:
                     if last_assigned(self.broker, topic, p) > last:
                         try:
                             chunk = await read_chunk(self.broker, topic, p, last + 1, MAX_FETCH)
-                        except StorageError:  # answered by the next consume (0xfb)
+                        except (StorageError, OffsetOutOfRange):
+                            # answered by the next consume (0xfb; a boundary fault when retention
+                            # or a purge moved the log start past ``last``)
                             continue
+                        except BaseException:
+                            for kept in grown.values():
+                                kept.release()
+                            raise
                         if chunk.length:
                             grown[(topic, p)] = chunk
                             total += chunk.length

@@ -81,3 +81,30 @@ async def test_flag_alone_does_not_deduplicate(tmp_path: Path) -> None:
         assert b.partition("idem", 0).log.next_offset == 2  # cursus.md 11: a topic property only
     finally:
         await b.stop()
+
+
+async def test_a_purged_log_forgets_its_producers_as_a_restart_does(tmp_path: Path) -> None:
+    """After a purge the producer table is rebuilt from the (empty) log, as after a restart: a
+    send that starts again at sequence 1 is stored (it used to be acknowledged as a replay of the
+    purged records and dropped, while the same send after a restart was stored)."""
+    for restart in (False, True):
+        b = Broker(BrokerConfig(data_dir=tmp_path / f"d{restart}"))
+        await b.start()
+        try:
+            s = CursusService(b, Advertised("localhost", 9000))
+            st = ConnState()
+            await s.handle(b"\x00\x00CREATE topic=idem partitions=1 idempotent=true", st)
+            await s.handle(_batch([1, 2, 3]), st)
+            await b.purge_topic("idem")
+            if restart:
+                await b.stop()
+                b = Broker(BrokerConfig(data_dir=tmp_path / f"d{restart}"))
+                await b.start()
+                s = CursusService(b, Advertised("localhost", 9000))
+            part = b.partition("idem", 0)
+            before = part.log.next_offset
+            ack = await s.handle(_batch([1]), st)
+            assert isinstance(ack, bytes) and ack.startswith(b'{"status":"OK"'), ack
+            assert part.log.next_offset == before + 1, restart  # stored, not dropped as a replay
+        finally:
+            await b.stop()

@@ -1111,7 +1111,7 @@ class ClusterNode:
     @staticmethod
     def _drop_below(part: Partition, offset: int) -> None:
         if part.log.delete_segments_below(offset):
-            part.reset_dedup()
+            part.reset_idempotence()
 
     @staticmethod
     def _detach(part: Partition) -> None:
@@ -1163,7 +1163,7 @@ class ClusterNode:
             part.log.truncate_to(offset)
             part.epochs.truncate_from(offset)
         rs.hw = min(rs.hw, part.log.next_offset)
-        part.reset_dedup()
+        part.reset_idempotence()
 
     @staticmethod
     def _copy(part: Partition, data: bytes) -> None:

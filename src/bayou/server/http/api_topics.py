@@ -13,6 +13,7 @@ valid UTF-8 fall back to hex), ``json`` embeds a value that parses as JSON as JS
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -139,6 +140,7 @@ def routes(server: BayouServer) -> Iterable[web.RouteDef]:
     @endpoint(server, "broker")
     async def describe(request: web.Request) -> web.StreamResponse:
         name = request.match_info["topic"]
+        broker.check_describe(name)  # a hidden topic is 403 whether or not it exists
         await broker.ready_topic(name)
         return ok(topic_doc(broker, name))
 
@@ -159,6 +161,7 @@ def routes(server: BayouServer) -> Iterable[web.RouteDef]:
     @endpoint(server, "broker")
     async def delete(request: web.Request) -> web.StreamResponse:
         name = request.match_info["topic"]
+        broker.check_describe(name)  # a hidden topic is 403 whether or not it exists
         await broker.ready_topic(name)
         await broker.delete_topic(name)
         return ok({"deleted": name})
@@ -167,6 +170,7 @@ def routes(server: BayouServer) -> Iterable[web.RouteDef]:
     async def alter_config(request: web.Request) -> web.StreamResponse:
         name = request.match_info["topic"]
         changes = _config(await body_object(request), "", allow_null=True)
+        broker.check_describe(name)
         await broker.ready_topic(name)
         config = await broker.alter_topic_config(name, changes)
         return ok({"name": name, "config": dict(sorted(config.items()))})
@@ -176,6 +180,7 @@ def routes(server: BayouServer) -> Iterable[web.RouteDef]:
         name = request.match_info["topic"]
         count = int_field(await body_object(request), "count", low=1, high=MAX_PARTITIONS)
         assert count is not None
+        broker.check_describe(name)
         await broker.ready_topic(name)
         topic = await broker.grow_partitions(name, count)
         await broker.ready_topic(name, len(topic.partitions) - 1)
@@ -193,9 +198,15 @@ def routes(server: BayouServer) -> Iterable[web.RouteDef]:
             raise BadInput("give offset or timestamp, not both")
         limit = query_int(request, "limit", low=1, high=admin.MAX_BROWSE) or DEFAULT_LIMIT
         page = await admin.browse(broker, topic, p, offset=offset, timestamp=timestamp, limit=limit)
-        return ok({"topic": topic, "partition": p, "log_start_offset": page.log_start_offset,
-                   "high_watermark": page.high_watermark, "next_offset": page.next_offset,
-                   "format": fmt, "records": [record_doc(r, fmt) for r in page.records]})
+
+        def render() -> bytes:  # up to 500 records of any size: hex/JSON and the dump off the loop
+            return json.dumps({
+                "topic": topic, "partition": p, "log_start_offset": page.log_start_offset,
+                "high_watermark": page.high_watermark, "next_offset": page.next_offset,
+                "format": fmt, "records": [record_doc(r, fmt) for r in page.records]},
+                separators=(",", ":")).encode()
+
+        return web.Response(body=await asyncio.to_thread(render), content_type="application/json")
 
     @endpoint(server, "broker")
     async def produce(request: web.Request) -> web.StreamResponse:
