@@ -90,9 +90,13 @@ def test_frame_reader_whole_split_and_several() -> None:
 
 
 def test_frame_reader_refuses_after_good_frames() -> None:
+    """The shared kit's rule (protocols/framing.py): the frame before a bad size is served, then
+    the next feed raises, and nothing of the bad header stays buffered."""
     reader = FrameReader()
+    assert reader.feed(_wire(FRAME) + struct.pack(">i", -5)) == [FRAME]
+    assert reader.failed is not None and reader.stalled and reader.buffered == 0
     with pytest.raises(KafkaError):
-        reader.feed(_wire(FRAME) + struct.pack(">i", -5))
+        reader.feed(b"")
 
 
 def test_header_v1_and_v2_round_trip() -> None:

@@ -21,6 +21,8 @@ import enum
 import struct
 from dataclasses import dataclass
 
+from bayou.protocols import framing
+
 MAX_REQUEST_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default (104857600)
 MIN_REQUEST_SIZE = 10  # api_key, api_version, correlation_id, client_id length
 SIZE_PREFIX = 4
@@ -69,6 +71,15 @@ def sniff(first: bytes | bytearray | memoryview) -> Sniffed | None:
     return Sniffed.V1 if first[0] == V1_FIRST_BYTE else Sniffed.KAFKA
 
 
+def _frame_size(buf: bytes | bytearray | memoryview, pos: int, max_size: int) -> int:
+    """The whole size (prefix included) of the frame whose size prefix is at ``pos``; KafkaError
+    for a size that cannot be a request."""
+    (size,) = _SIZE.unpack_from(buf, pos)
+    if size < MIN_REQUEST_SIZE or size > max_size:
+        raise KafkaError(f"request size {size} outside {MIN_REQUEST_SIZE}..{max_size}")
+    return SIZE_PREFIX + int(size)
+
+
 def split_frame(buf: bytes | bytearray | memoryview, pos: int = 0,
                 max_size: int = MAX_REQUEST_SIZE) -> tuple[memoryview, int] | None:
     """The request frame (header and body, without the size) starting at ``pos`` and the position
@@ -76,44 +87,35 @@ def split_frame(buf: bytes | bytearray | memoryview, pos: int = 0,
     request, as soon as the four size bytes are there."""
     if len(buf) - pos < SIZE_PREFIX:
         return None
-    (size,) = _SIZE.unpack_from(buf, pos)
-    if size < MIN_REQUEST_SIZE or size > max_size:
-        raise KafkaError(f"request size {size} outside {MIN_REQUEST_SIZE}..{max_size}")
-    end = pos + SIZE_PREFIX + size
+    end = pos + _frame_size(buf, pos, max_size)
     if len(buf) < end:
         return None
     return memoryview(buf)[pos + SIZE_PREFIX:end], end
 
 
-class FrameReader:
-    """Splits one connection's byte stream into request frames.
-
-    ``feed`` returns the frames the data completes (an empty list means "need more bytes") or
-    raises ``KafkaError``; nothing else escapes. Frames are ``bytes`` the caller owns.
+class FrameReader(framing.FrameReader[bytes]):
+    """Splits one connection's byte stream into request frames (header and body, without the size
+    prefix), on the shared framing kit (protocols/framing.py): ``feed`` returns the frames the data
+    completes (an empty list means "need more bytes"); a size that cannot be a request raises
+    ``KafkaError`` as soon as its four bytes are in, after the frames completed before it are
+    returned (the next call raises). Frames are ``bytes`` the caller owns.
     """
 
-    __slots__ = ("_buf", "max_size")
+    error = KafkaError
+    head = SIZE_PREFIX
 
     def __init__(self, max_size: int = MAX_REQUEST_SIZE) -> None:
-        self._buf = bytearray()
+        super().__init__()
         self.max_size = max_size
 
-    @property
-    def buffered(self) -> int:
-        return len(self._buf)
+    def _measure(self, src: framing.Buffer, pos: int, n: int) -> int:
+        return _frame_size(src, pos, self.max_size)
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        self._buf += data
-        frames: list[bytes] = []
-        pos = 0
-        try:
-            while (found := split_frame(self._buf, pos, self.max_size)) is not None:
-                frame, pos = found
-                frames.append(bytes(frame))
-                frame.release()
-        finally:
-            del self._buf[:pos]
-        return frames
+    def _frame(self, src: framing.Buffer, pos: int, end: int) -> bytes:
+        return bytes(src[pos + SIZE_PREFIX:end])
+
+    def _declared(self, buf: bytearray) -> int | None:
+        return SIZE_PREFIX + int(_SIZE.unpack_from(buf, 0)[0]) if len(buf) >= SIZE_PREFIX else None
 
 
 @dataclass(frozen=True, slots=True)
