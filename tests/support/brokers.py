@@ -111,7 +111,17 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
 
-    def start(self, timeout: float = 20.0, *, wait: bool = True) -> BrokerProcess:
+    def _fresh_ports(self) -> None:
+        """New free ports for every listener, including a ``--replication`` address in the
+        extra arguments (the data directory stays)."""
+        self.port, self.cursus_port, self.iggy_port = free_port(), free_port(), free_port()
+        self.tank_port, self.http_port = free_port(), free_port()
+        for i, arg in enumerate(self.extra[:-1]):
+            if arg == "--replication":
+                host = self.extra[i + 1].rsplit(":", 1)[0]
+                self.extra[i + 1] = f"{host}:{free_port()}"
+
+    def start(self, timeout: float = 20.0, *, wait: bool = True, rebound: bool = False) -> BrokerProcess:
         """Start the subprocess and wait until every listener that is on accepts connections
         (``wait=False``: return at once, e.g. to watch the HTTP port during crash recovery)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -132,6 +142,11 @@ class BrokerProcess:
                                if not self._off(name)]
         while ports and time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if not rebound and "address already in use" in self.log()[-600:]:
+                    # a port of this broker (a restart keeps them) was taken meanwhile by another
+                    # process on the machine: come back on fresh ports, as a moved broker would
+                    self._fresh_ports()
+                    return self.start(max(1.0, deadline - time.monotonic()), rebound=True)
                 raise RuntimeError(f"broker exited with {self.proc.returncode}: {self.log()}")
             try:
                 with socket.create_connection(("127.0.0.1", ports[0]), timeout=0.5):
