@@ -1,6 +1,6 @@
 """``bayou serve`` after an unclean stop: a rich progress bar of the crash recovery (partitions
 validated of the total, bytes validated) on stderr when stderr is a terminal (a real pty), and
-nothing but the usual log lines when it is not."""
+nothing but the usual log lines when it is not, or when the last stop was clean."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ PER_PARTITION = 10
 def crashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data directory left by a SIGKILLed broker: 400 partitions, 20 kB of records in each."""
     data = tmp_path_factory.mktemp("crashed") / "data"
-    broker = BrokerProcess(data, fsync="never").start()
+    broker = BrokerProcess(data, fsync="never").start(timeout=60)  # a loaded machine starts slowly
     try:
         with Client(f"127.0.0.1:{broker.iggy_port}") as c:
             for t in range(TOPICS):
@@ -63,6 +63,13 @@ def test_recovery_draws_a_progress_bar_on_a_terminal(crashed: Path, tmp_path: Pa
                  for x in shown.split("recovered: ")[1:]]
     assert validated and validated[-1] >= size_mb, shown  # the records' bytes and their batch headers
     assert "validated 400 partitions" in shown, shown  # the log line, still shown with the bar
+
+    # stopped cleanly, the next start validates nothing and draws nothing
+    with TerminalProcess(args, "stderr") as term:
+        shown = term.wait_for("bayou ready", 120)
+        assert term.stop() == 0, term.shown()
+    assert "opened 400 partitions" in shown and "(clean shutdown)" in shown, shown
+    assert "recovering" not in shown and "recovered:" not in shown and "━" not in shown, shown
 
 
 def test_no_bar_without_a_terminal(crashed: Path, tmp_path: Path) -> None:

@@ -29,8 +29,8 @@ def _draw(rec: Recovery, stop: threading.Event) -> None:
     while not (rec.done or (rec.validated and rec.partitions_total)):
         if stop.wait(POLL_S):
             return
-    if not rec.validated:
-        return  # a clean shutdown: the logs are opened without validation, nothing to show
+    if not (rec.validated and rec.partitions_total):
+        return  # a clean shutdown (nothing validated) or no partition at all: nothing to show
     terminal = sys.stderr
     with progress("recovering", rec.partitions_total) as bar, _logs_above_bar(terminal):
         assert bar is not None  # _draw only runs on a terminal
