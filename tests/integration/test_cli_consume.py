@@ -5,12 +5,9 @@ errors, progress bars and tables only on a terminal (a real pty), ``topic create
 from __future__ import annotations
 
 import json
-import os
-import pty
 import random
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +16,7 @@ import pytest
 
 from bayou.client import Client
 from support.brokers import BrokerProcess, free_port
-from support.cli import BAYOU, bayou, module_broker, sdk_client
+from support.cli import BAYOU, bayou, module_broker, on_terminal, sdk_client
 
 
 @pytest.fixture(scope="module")
@@ -34,37 +31,6 @@ def client(broker: BrokerProcess) -> Iterator[Client]:
 
 def addrs(b: BrokerProcess) -> list[str]:
     return ["-b", f"127.0.0.1:{b.port}", "--iggy-bootstrap", f"127.0.0.1:{b.iggy_port}"]
-
-
-def on_terminal(args: list[str], stream: str) -> tuple[int, str, str]:
-    """Run bayou with ``stream`` (stdout or stderr) on a pseudo-terminal and the other on a pipe:
-    (exit code, what the terminal showed, what the pipe got)."""
-    master, slave = pty.openpty()
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS="140")
-    env.pop("NO_COLOR", None)
-    proc = subprocess.Popen([*BAYOU, *args], stdin=subprocess.DEVNULL, env=env,
-                            stdout=slave if stream == "stdout" else subprocess.PIPE,
-                            stderr=slave if stream == "stderr" else subprocess.PIPE)
-    os.close(slave)
-    shown: list[bytes] = []
-
-    def drain() -> None:
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the child closed its end
-                return
-            if not chunk:
-                return
-            shown.append(chunk)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    out, err = proc.communicate(timeout=120)
-    reader.join(20)
-    os.close(master)
-    piped = (out if stream == "stderr" else err) or b""
-    return proc.returncode, b"".join(shown).decode(errors="replace"), piped.decode(errors="replace")
 
 
 # -- consume -------------------------------------------------------------------------------------
