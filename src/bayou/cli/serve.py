@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from bayou.cli.common import advance, progress
 from bayou.cli.root import main
 from bayou.errors import BayouError
-
-if TYPE_CHECKING:
-    from bayou.server.app import BayouServer
 
 
 @main.command()
@@ -70,7 +66,7 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, curs
     """
     from bayou.cli.recovery import recovery_bar
     from bayou.config import load_config
-    from bayou.server.app import BayouServer
+    from bayou.server.app import BayouServer, run_server
     from bayou.server.logs import setup_logging
 
     setup_logging(log_level, log_format)
@@ -87,23 +83,11 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, curs
     try:
         server = BayouServer(cfg)
         with recovery_bar(server.broker.recovery):  # on a terminal: a bar while recovery runs
-            _run(server)
+            run_server(server)
     except BayouError as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
-
-
-def _run(server: BayouServer) -> None:
-    """Serve until SIGINT/SIGTERM on uvloop (asyncio's own loop where uvloop is missing)."""
-    import asyncio
-
-    try:
-        import uvloop
-    except ImportError:  # uvloop is optional (not on Windows)
-        asyncio.run(server.run())
-    else:
-        uvloop.run(server.run())
 
 
 @main.command()

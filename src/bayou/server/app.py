@@ -350,10 +350,12 @@ class BayouServer:
             await self.stop()
 
 
-def run_server(config: ServerConfig) -> None:
+def run_server(server: BayouServer) -> None:
+    """Serve until SIGINT/SIGTERM on uvloop (asyncio's own loop where uvloop is missing). The
+    caller builds the server, so it may watch it (the CLI's recovery bar reads its broker)."""
     try:
         import uvloop
     except ImportError:  # uvloop is optional (not on Windows)
-        asyncio.run(BayouServer(config).run())
+        asyncio.run(server.run())
     else:
-        uvloop.run(BayouServer(config).run())
+        uvloop.run(server.run())
