@@ -48,6 +48,7 @@ from bayou.errors import (
     UnknownTopic,
     UnsupportedCompression,
 )
+from bayou.protocols.iggy.framing import IggyError
 from bayou.server.http.auth import Access, error_body, guard, refusal
 from bayou.server.iggy_users import (
     AuthFailure,
@@ -152,6 +153,8 @@ def endpoint(server: BayouServer, access: Access) -> Callable[[Handler], Handler
                 status = status_of(exc)
                 message = getattr(exc, "message", None) or str(exc)
                 return error_response(status, _code(exc), message)
+            except IggyError as exc:  # cluster mode: the users changed under the shared lock
+                return error_response(503, "TRY_AGAIN", str(exc))
             except Exception:
                 log.exception("admin API request failed: %s %s", request.method, request.path)
                 return error_response(500, "INTERNAL", "the request failed; the broker log has the details")
