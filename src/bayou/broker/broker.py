@@ -38,7 +38,7 @@ from bayou.broker.metadata import ClusterMetadata
 from bayou.broker.partition import FOLLOWER, LEADER, Partition
 from bayou.broker.persist import StateFile
 from bayou.broker.settings import BrokerConfig
-from bayou.broker.shared import SharedDocuments
+from bayou.broker.views import Endpoint, LogTotals, SharedDocuments
 from bayou.errors import (
     BayouError,
     BrokerShuttingDown,
@@ -170,26 +170,6 @@ class TopicInfo:
     name: str
     partitions: tuple[PartitionInfo, ...]
     config: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """One live broker's listener of a protocol (``Broker.listener_endpoints``)."""
-
-    broker_id: int
-    host: str
-    port: int
-    controller: bool
-
-
-@dataclass(frozen=True, slots=True)
-class LogTotals:
-    """The sums over this broker's partition replicas (``Broker.log_totals``)."""
-
-    partitions: int
-    size_bytes: int
-    segments: int
-    messages: int  # high watermark - log start, summed
 
 
 @dataclass(frozen=True, slots=True)
@@ -1635,5 +1615,4 @@ class Broker:
         }
 
 
-__all__ = ["Acks", "Broker", "Endpoint", "FetchResult", "LogTotals", "PartitionLog", "ProduceResult",
-           "TopicInfo"]
+__all__ = ["Acks", "Broker", "FetchResult", "PartitionLog", "ProduceResult", "TopicInfo"]

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 
 from bayou.broker import Broker, BrokerConfig
-from bayou.broker.broker import Endpoint
 from bayou.broker.cluster.state import (
     MEMBER_BROKER_SHIFT,
     BrokerRegistration,
@@ -17,6 +16,7 @@ from bayou.broker.cluster.state import (
     member_broker,
 )
 from bayou.broker.groups.coordinator import CURSUS_POLICY
+from bayou.broker.views import Endpoint
 from bayou.errors import InvalidTopicName, NotLeader, UnknownPartition, UnknownTopic
 from bayou.records.batch import Record, encode_batch
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bayou.broker import Broker
 from bayou.broker.background import run_forever
-from bayou.broker.shared import SharedDocuments
+from bayou.broker.views import SharedDocuments
 from bayou.errors import StorageError
 from bayou.protocols.iggy.codes import Status
 from bayou.protocols.iggy.framing import IggyError

@@ -1,16 +1,38 @@
-"""What a front end may ask of the cluster's shared documents (``Broker.shared_documents``).
+"""What the broker's facade for the front ends (``Broker``, "the front ends' facade") hands out
+besides plain values: small frozen records, and the narrow view of the cluster's shared documents.
 
 A front end that keeps its own state (the Iggy catalog and users) shares it between the brokers of
-a cluster as JSON documents under a cluster-wide lock. This is the narrow view it gets of the
-cluster node for that: read and write a document, count the changes a watch announced, and hold
-the lock. The cluster node implements it; a standalone broker has none.
+a cluster as JSON documents under a cluster-wide lock (``Broker.shared_documents``): it may read
+and write a document, count the changes a watch announced, and hold the lock. The cluster node
+implements ``SharedDocuments``; a standalone broker has none.
 """
 
 from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One live broker's listener of a protocol (``Broker.listener_endpoints``)."""
+
+    broker_id: int
+    host: str
+    port: int
+    controller: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogTotals:
+    """The sums over this broker's partition replicas (``Broker.log_totals``)."""
+
+    partitions: int
+    size_bytes: int
+    segments: int
+    messages: int  # high watermark - log start, summed
 
 
 class SharedDocuments(Protocol):
