@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bayou.broker.authz import Action, Authorizer, current_principal
 from bayou.broker.background import run_forever
+from bayou.broker.cluster.state import MEMBER_BROKER_SHIFT, connection_member_base
 from bayou.broker.groups.coordinator import (
     CURSUS_POLICY,
     RTES_POLICY,
@@ -37,6 +38,7 @@ from bayou.broker.metadata import ClusterMetadata
 from bayou.broker.partition import FOLLOWER, LEADER, Partition
 from bayou.broker.persist import StateFile
 from bayou.broker.settings import BrokerConfig
+from bayou.broker.views import Endpoint, LogTotals, SharedDocuments
 from bayou.errors import (
     BayouError,
     BrokerShuttingDown,
@@ -1492,6 +1494,54 @@ class Broker:
         """The partitions assigned to the member in the current generation."""
         g = self.groups.groups.get(group)
         return list(g.assignments.get(member, [])) if g is not None else []
+
+    def topic_exists(self, name: str) -> bool:
+        """Whether this broker holds the topic now (no wait for one made elsewhere: ``has_topic``)."""
+        return name in self.topics
+
+    def log_totals(self) -> LogTotals:
+        """Partitions, bytes, segments and readable messages over this broker's replicas."""
+        parts = [p for t in self.topics.values() for p in t.partitions]
+        return LogTotals(len(parts), sum(p.log.size_bytes for p in parts),
+                         sum(len(p.log.segments) for p in parts),
+                         sum(p.high_watermark - p.log.log_start_offset for p in parts))
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the broker runs in a cluster (its topics and groups kept in ZooKeeper)."""
+        return self.cluster is not None
+
+    def shared_documents(self) -> SharedDocuments | None:
+        """The documents and locks every broker of the cluster shares (the Iggy catalog and
+        users); None when standalone."""
+        return self.cluster
+
+    def connection_ids(self) -> range | None:
+        """The connection-bound member ids this broker hands out in a cluster: they carry its
+        broker id, so that the cluster can drop the members of a dead or restarted broker
+        (``ClusterNode._reap_members``). None when standalone: any id."""
+        if self.cluster is None:
+            return None
+        base = connection_member_base(self.config.broker_id)
+        return range(base + 1, base + (1 << MEMBER_BROKER_SHIFT))
+
+    def listener_endpoints(self, listener: str) -> list[Endpoint] | None:
+        """Every live broker with a ``listener`` (a protocol's name), by broker id, and which one
+        is the controller; None when standalone."""
+        cluster = self.cluster
+        if cluster is None:
+            return None
+        controller = cluster.snapshot.controller if cluster.snapshot is not None else None
+        return [Endpoint(b, reg.host, reg.endpoints[listener], b == controller)
+                for b, reg in sorted(cluster.live_brokers().items()) if listener in reg.endpoints]
+
+    async def fetch_at_leader(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
+        """A consumer's read at the partition's leader, for a broker holding no replica of it
+        (cluster mode): batches from ``offset`` below the leader's high watermark, with that
+        watermark and the log start (``max_bytes`` 0: only those two). NotLeader standalone."""
+        if self.cluster is None:
+            raise NotLeader(f"this broker holds no replica of {topic}/{partition}")
+        return await self.cluster.consumer_fetch(topic, partition, offset, max_bytes)
 
     # -- background work -----------------------------------------------------------------------
 
