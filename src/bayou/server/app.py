@@ -265,6 +265,7 @@ class BayouServer:
         except BaseException:
             await self.stop()
             raise
+        await self._start_iggy()
         self._warn_exposed()
         log.info("anonymous access: %s", self.config.security.anonymous,
                  extra={"anonymous": self.config.security.anonymous})
@@ -292,6 +293,20 @@ class BayouServer:
                                                _advertised_ip(self.config.advertised_host), endpoints)
         node.zk.registration = node.registration
         await node.start()
+
+    async def _start_iggy(self) -> None:
+        """Load the Iggy catalog and users (in cluster mode: take the cluster's copies, under the
+        cluster-wide lock) before the broker says it is ready, not on the first Iggy connection:
+        start-up work that holds a cluster lock belongs to start-up, where /ready waits for it.
+        A failure (ZooKeeper slow, a full disk) does not stop the broker: the first Iggy
+        connection tries again (IggyService.start), as it did before."""
+        if self.iggy is None:
+            return
+        try:
+            await self.iggy.start()
+        except Exception as exc:  # retried by the first connection
+            log.warning("the Iggy service did not start yet; the first Iggy connection retries",
+                        extra={"error": str(exc)})
 
     def _warn_exposed(self) -> None:
         """A listener other hosts can reach that lets anyone in: say so at start."""
