@@ -1,6 +1,6 @@
-"""The replication listener (cluster mode): followers' FETCH requests, answered by the broker's
-``ClusterNode`` with the partition's stored batches, and PRODUCE requests other brokers forward to
-this partition leader (protocols/replica/codec.py)."""
+"""The replication listener (cluster mode): followers' FETCH requests, answered by the cluster
+node's leader side with the partition's stored batches, and PRODUCE requests other brokers forward
+to this partition leader (protocols/replica/codec.py; the client side is server/replica_client.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from bayou.broker.authz import SYSTEM, Caller, bind_caller
-from bayou.broker.cluster.node import ClusterNode
+from bayou.broker.cluster.transport import FetchAnswer, FetchRequest, ProduceAnswer, ProduceRequest
 from bayou.protocols.replica.codec import (
     AUTH_FRAME_MAX,
     MAX_FRAME,
@@ -26,6 +27,12 @@ from bayou.protocols.replica.codec import (
     encode,
 )
 from bayou.server.base import Connection, Listener
+from bayou.server.replica_client import (
+    fetch_answer_to_wire,
+    fetch_from_wire,
+    produce_answer_to_wire,
+    produce_from_wire,
+)
 
 log = logging.getLogger("bayou.replica")
 AUTH_TIMEOUT_S = 10.0
@@ -76,7 +83,17 @@ async def _authenticate(conn: Connection, buf: bytearray, secret: str) -> bool:
     return ok
 
 
-def replica_handler(node: ClusterNode) -> Callable[[Connection, Listener], Awaitable[None]]:
+class LeaderSide(Protocol):
+    """What the listener calls: the cluster node's leader side (broker/cluster/leader.py)."""
+
+    secret: str | None
+
+    async def serve_fetch(self, req: FetchRequest) -> FetchAnswer: ...
+
+    async def serve_produce(self, req: ProduceRequest) -> ProduceAnswer: ...
+
+
+def replica_handler(node: LeaderSide) -> Callable[[Connection, Listener], Awaitable[None]]:
     async def serve(conn: Connection, listener: Listener) -> None:
         buf = bytearray()
         if node.secret is not None and not await _authenticate(conn, buf, node.secret):
@@ -99,8 +116,9 @@ def replica_handler(node: ClusterNode) -> Callable[[Connection, Listener], Await
                 return
             conn.busy += 1
             try:
-                reply = (await node.serve_fetch(msg) if isinstance(msg, Fetch)
-                         else await node.serve_produce(msg))
+                reply = (fetch_answer_to_wire(await node.serve_fetch(fetch_from_wire(msg)))
+                         if isinstance(msg, Fetch)
+                         else produce_answer_to_wire(await node.serve_produce(produce_from_wire(msg))))
             finally:
                 conn.busy -= 1
             conn.writer.write(encode(reply))
