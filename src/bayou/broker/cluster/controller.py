@@ -19,7 +19,6 @@ import uuid
 
 from kazoo.exceptions import NodeExistsError
 
-from bayou.broker.broker import Topic
 from bayou.broker.cluster.context import TOPIC_ID, ClusterContext
 from bayou.broker.cluster.reconciler import PartitionReconciler
 from bayou.broker.cluster.state import (
@@ -33,6 +32,7 @@ from bayou.broker.cluster.state import (
 )
 from bayou.broker.cluster.store import ZkMetadataStore
 from bayou.broker.cluster.zk import Snapshot
+from bayou.broker.model import Topic
 from bayou.errors import (
     InvalidConfig,
     InvalidPartitions,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 
-from bayou.broker.broker import Acks, FetchResult, ProduceResult
 from bayou.broker.cluster.context import REPLICATION, ClusterContext
 from bayou.broker.cluster.leader import CONSUMER
 from bayou.broker.cluster.transport import (
@@ -23,6 +22,7 @@ from bayou.broker.cluster.transport import (
     ReplicaDialer,
     ReplicaLink,
 )
+from bayou.broker.model import Acks, FetchResult, ProduceResult
 from bayou.errors import (
     REGISTRY,
     BayouError,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 
-from bayou.broker.broker import Acks
 from bayou.broker.cluster.context import ClusterContext
 from bayou.broker.cluster.transport import (
     DEDUPLICATE,
@@ -22,6 +21,7 @@ from bayou.broker.cluster.transport import (
     ProduceRequest,
     ProduceStatus,
 )
+from bayou.broker.model import Acks
 from bayou.errors import (
     BayouError,
     NotEnoughReplicas,

@@ -30,7 +30,7 @@ import json
 import logging
 import time
 
-from bayou.broker.broker import Acks, Broker, FetchResult, ProduceResult, Topic
+from bayou.broker.broker import Broker
 from bayou.broker.cluster.context import REPLICATION, TOPIC_ID, ClusterContext
 from bayou.broker.cluster.controller import Controller
 from bayou.broker.cluster.fetcher import FollowerFetcher
@@ -47,6 +47,7 @@ from bayou.broker.cluster.transport import (
     ReplicaDialer,
 )
 from bayou.broker.cluster.zk import Snapshot, ZkCluster
+from bayou.broker.model import Acks, FetchResult, ProduceResult, Topic
 from bayou.broker.partition import Partition
 from bayou.errors import InvalidConfig, StorageError
 from bayou.storage.fsutil import atomic_write
@@ -84,8 +85,10 @@ class ClusterNode:
         self.started = asyncio.Event()  # joined: registered, reaped, first reconcile done
         self._passes = 0
         self._probing: set[int] = set()  # brokers whose death is being confirmed
-        # From now on the broker is in cluster mode: it leads nothing until ZooKeeper says so.
+        # From now on the broker is in cluster mode: it leads nothing until ZooKeeper says so,
+        # and its topics change through ZooKeeper.
         broker.cluster = self
+        broker.metadata_store = self
         for topic in broker.topics.values():
             for part in topic.partitions:
                 part.in_cluster = True

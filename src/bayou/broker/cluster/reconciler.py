@@ -18,7 +18,6 @@ import contextlib
 import logging
 import time
 
-from bayou.broker.broker import Topic
 from bayou.broker.cluster.context import REPLICATION, TOPIC_ID, ClusterContext
 from bayou.broker.cluster.fetcher import FollowerFetcher
 from bayou.broker.cluster.replicaset import ReplicaSet
@@ -30,6 +29,7 @@ from bayou.broker.cluster.state import (
     partitions_to_drop,
 )
 from bayou.broker.cluster.zk import Snapshot
+from bayou.broker.model import Topic
 from bayou.broker.partition import FOLLOWER, LEADER, Partition
 from bayou.errors import InvalidConfig, NotLeader, StorageError, UnknownTopic
 from bayou.storage.epochs import LeaderEpochCache
@@ -137,17 +137,16 @@ class PartitionReconciler:
                     await self._drop_removed(local, assignment)
                     local = self.broker.topics.get(name)
                 if local is None:
-                    await self.broker.create_topic(name, len(assignment.partitions), assignment.config,
-                                                   exist_ok=True, from_cluster=True)
+                    await self.broker.open_topic(name, len(assignment.partitions), assignment.config,
+                                                 exist_ok=True)
                 elif len(local.partitions) < len(assignment.partitions):
-                    await self.broker.add_partitions(name, len(assignment.partitions), from_cluster=True)
+                    await self.broker.grow_topic(name, len(assignment.partitions))
                 elif len(local.partitions) > len(assignment.partitions):
                     keep = len(assignment.partitions)
                     for part in local.partitions[keep:]:
                         self.fetcher.stop((name, part.index))
                         await self.ctx.run(FollowerFetcher.detach, part)
-                    await self.broker.remove_partitions(name, len(local.partitions) - keep,
-                                                        from_cluster=True)
+                    await self.broker.shrink_topic(name, len(local.partitions) - keep)
             except Exception:
                 log.exception("cannot open topic %s from the cluster state; retrying", name)
         gone = [t for t, topic in self.broker.topics.items() if t not in snap.topics
@@ -168,7 +167,7 @@ class PartitionReconciler:
             for part in local.partitions[first:]:
                 self.fetcher.stop((name, part.index))
                 await self.ctx.run(FollowerFetcher.detach, part)
-            await self.broker.remove_partitions(name, len(local.partitions) - first, from_cluster=True)
+            await self.broker.shrink_topic(name, len(local.partitions) - first)
         await self.broker.alter_topic_config(name, {PARTITIONS_REMOVED: history})
 
     async def _drop_local(self, name: str) -> None:
@@ -178,7 +177,7 @@ class PartitionReconciler:
                 self.fetcher.stop((name, p))
                 await self.ctx.run(FollowerFetcher.detach, part)
             with contextlib.suppress(UnknownTopic):
-                await self.broker.delete_topic(name, from_cluster=True)
+                await self.broker.drop_topic(name)
         self._known_topics.discard(name)
 
     async def apply_states(self, snap: Snapshot) -> None:
