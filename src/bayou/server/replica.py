@@ -26,7 +26,9 @@ from bayou.protocols.replica.codec import (
     decode,
     encode,
 )
+from bayou.protocols.replica.framing import FrameReader
 from bayou.server.base import Connection, Listener
+from bayou.server.frames import serve_frames
 from bayou.server.replica_client import (
     fetch_answer_to_wire,
     fetch_from_wire,
@@ -102,26 +104,19 @@ def replica_handler(node: LeaderSide) -> Callable[[Connection, Listener], Awaita
         # forwarded produces are bayou's own work; the broker that took the client's produce
         # checked that client's principal before forwarding it.
         bind_caller(Caller(SYSTEM))
-        cap = listener.limits.frame_cap(MAX_FRAME)
-        while not listener.draining:
-            try:
-                msg = await _next_frame(conn, buf, cap)
-            except ReplicaProtocolError as exc:
-                log.info("closing replication connection: %s", exc, extra={"peer": conn.peer})
-                return
-            if msg is None:
-                return
-            if not isinstance(msg, Fetch | Produce):
-                log.info("closing replication connection: unexpected %s", type(msg).__name__)
-                return
-            conn.busy += 1
-            try:
-                reply = (fetch_answer_to_wire(await node.serve_fetch(fetch_from_wire(msg)))
-                         if isinstance(msg, Fetch)
-                         else produce_answer_to_wire(await node.serve_produce(produce_from_wire(msg))))
-            finally:
-                conn.busy -= 1
-            conn.writer.write(encode(reply))
-            await conn.writer.drain()
+
+        async def handle(msg: Message) -> bytes:
+            if isinstance(msg, Fetch):
+                return encode(fetch_answer_to_wire(await node.serve_fetch(fetch_from_wire(msg))))
+            if isinstance(msg, Produce):
+                return encode(produce_answer_to_wire(await node.serve_produce(produce_from_wire(msg))))
+            raise ReplicaProtocolError(f"unexpected {type(msg).__name__}")
+
+        async def refuse(exc: ReplicaProtocolError) -> None:
+            log.info("closing replication connection: %s", exc, extra={"peer": conn.peer})
+
+        # what came after the AUTH frame in the same read is the first of the stream
+        await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_FRAME)), handle,
+                           error=ReplicaProtocolError, refuse=refuse, first=bytes(buf))
 
     return serve
