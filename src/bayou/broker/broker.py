@@ -707,7 +707,7 @@ class Broker:
     async def _await_leadership(self, part: Partition) -> None:
         """Cluster mode, a produce to a partition this broker does not lead by its local state:
         if ZooKeeper already names it leader, wait (briefly) for the state to arrive rather than
-        send the client back to the old leader (ClusterNode.await_leadership)."""
+        send the client back to the old leader (Cluster.await_leadership)."""
         if self.cluster is not None and (part.cluster is None or not part.cluster.is_leader):
             await self.cluster.await_leadership(part.topic, part.index)
 

@@ -267,7 +267,7 @@ class IggyService:
         self._rewrite_later()
         if self.broker.cluster is not None:
             # Client ids (= group member ids) carry the broker id, so that the cluster can drop
-            # the members of a dead or restarted broker (ClusterNode._reap_members).
+            # the members of a dead or restarted broker (broker/cluster/controller.py, reap_members).
             base = connection_member_base(self.broker.config.broker_id)
             self._next_client = max(self._next_client, base + 1)
             # The first broker's catalog and users seed the cluster's; the others take those.
