@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from bayou.broker.authz import Action, Authorizer, current_principal
 from bayou.broker.background import run_forever
-from bayou.broker.coordination import Cluster, LocalMetadataStore, MetadataStore
+from bayou.broker.coordination import Cluster, LocalMetadataStore, MetadataStore, ReplicaState
 from bayou.broker.groups.coordinator import (
     CURSUS_POLICY,
     RTES_POLICY,
@@ -44,6 +44,7 @@ from bayou.broker.model import (
 )
 from bayou.broker.partition import FOLLOWER, LEADER, Partition
 from bayou.broker.persist import StateFile
+from bayou.broker.replication import SINGLE_NODE
 from bayou.broker.settings import BrokerConfig
 from bayou.errors import (
     BayouError,
@@ -159,6 +160,7 @@ class Broker:
         # cluster mode ZooKeeper (broker/cluster/node.py sets both when it is built, before the
         # first request): partitions then follow the leaders the cluster elects.
         self.metadata_store: MetadataStore = LocalMetadataStore(self)
+        self.replica_state: ReplicaState = SINGLE_NODE
         self.cluster: Cluster | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -393,7 +395,7 @@ class Broker:
             self.store.write_topic(meta)
             for p in range(meta.partitions):
                 part = Partition(meta.name, p, self.store.open_log(meta.name, p, cfg), self.config)
-                part.in_cluster = self.cluster is not None
+                part.replica_state = self.replica_state
                 topic.partitions.append(part)
         except OSError as exc:  # a full disk: undo what was made, answer an error
             self._close_partitions(topic.partitions)
@@ -563,7 +565,7 @@ class Broker:
                 new = [Partition(name, p, self.store.open_log(name, p, topic.log_config), self.config)
                        for p in range(have, total)]
                 for part in new:
-                    part.in_cluster = self.cluster is not None
+                    part.replica_state = self.replica_state
                 topic.meta.partitions = total
                 self.store.write_topic(topic.meta)
                 return new
@@ -712,9 +714,9 @@ class Broker:
             await self.cluster.await_leadership(part.topic, part.index)
 
     def _check_leader(self, part: Partition) -> None:
-        if self.cluster is not None or part.in_cluster:
+        if self.cluster is not None:
             if part.cluster is None or not part.cluster.is_leader:
-                raise NotLeader(leader=self.cluster.leader_of(part) if self.cluster else None)
+                raise NotLeader(leader=self.cluster.leader_of(part))
             return
         meta = self.metadata.partitions.get((part.topic, part.index))
         if part.role != LEADER or (meta is not None and meta.leader != self.config.broker_id):

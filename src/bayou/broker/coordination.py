@@ -5,6 +5,9 @@ start: the broker depends on these, never on the cluster's code (broker/cluster/
   (``LocalMetadataStore``); in cluster mode ZooKeeper (the cluster node's controller), after which
   every broker, this one included, opens its local copy when its reconciler sees the change.
   The broker checks a request first (authorization, names, limits) and then hands it to the store.
+* ``ReplicaState``: who decides a partition's high watermark. On a single node the followers'
+  V1 REPLICA_FETCH reports (broker/replication.py); in cluster mode the ISR that ZooKeeper
+  holds and the followers' fetches (broker/cluster/replicaset.py).
 * ``Cluster``: what cluster mode offers the rest of the broker and the front ends (leaders and
   coordinators as the cluster state has them, the waits for a state still on its way, requests
   forwarded to a partition's leader, the offsets, groups, documents and locks kept in ZooKeeper).
@@ -38,6 +41,12 @@ class MetadataStore(Protocol):
 
     async def remove_partitions(self, name: str, count: int) -> Topic:
         """Remove the last ``count`` partitions of ``name``."""
+        ...
+
+
+class ReplicaState(Protocol):
+    def high_watermark(self, part: Partition) -> int:
+        """The partition's high watermark (exclusive): consumers see the offsets below it."""
         ...
 
 

@@ -37,6 +37,7 @@ from bayou.broker.cluster.fetcher import FollowerFetcher
 from bayou.broker.cluster.forwarder import LeaderForwarder
 from bayou.broker.cluster.leader import LeaderHandlers
 from bayou.broker.cluster.reconciler import PartitionReconciler
+from bayou.broker.cluster.replicaset import CLUSTER
 from bayou.broker.cluster.state import BrokerRegistration, PartitionState
 from bayou.broker.cluster.store import ZkMetadataStore
 from bayou.broker.cluster.transport import (
@@ -89,9 +90,10 @@ class ClusterNode:
         # and its topics change through ZooKeeper.
         broker.cluster = self
         broker.metadata_store = self
+        broker.replica_state = CLUSTER
         for topic in broker.topics.values():
             for part in topic.partitions:
-                part.in_cluster = True
+                part.replica_state = CLUSTER
 
     @property
     def zk(self) -> ZkCluster:
