@@ -251,11 +251,14 @@ class BayouServer:
             # cluster mode from the first request on: lead nothing until ZooKeeper says so
             from bayou.broker.cluster.node import ClusterNode
             from bayou.broker.cluster.state import BrokerRegistration
+            from bayou.server.replica_client import ReplicaClient
 
+            dialer = ReplicaClient(self.broker.config.broker_id, self.config.cluster.secret,
+                                   self.config.replication_client_context())
             self.cluster = ClusterNode(self.broker, self.config.cluster.zookeeper, BrokerRegistration(0, ""),
+                                       dialer, secret=self.config.cluster.secret,
                                        session_timeout_s=self.config.cluster.session_timeout_ms / 1000,
-                                       secret=self.config.cluster.secret, zk_auth=self.config.cluster.zk_auth,
-                                       tls=self.config.replication_client_context())
+                                       zk_auth=self.config.cluster.zk_auth)
         try:
             for name, addr in self.config.listeners.items():
                 if addr is not None and name not in self.listeners:
