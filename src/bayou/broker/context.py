@@ -93,16 +93,12 @@ class BrokerContext:
         but this broker has not opened yet, or whose cluster state has not reached it, is waited
         for briefly instead of being called unknown: a client that created it through another
         broker must not be told it does not exist because a watch is still on its way."""
-        if self.cluster is not None:
-            t = self.topics.get(name)
-            if (t is None or not 0 <= partition < len(t.partitions)
-                    or t.partitions[partition].cluster is None):
-                await self.cluster.catch_up(name, partition)
+        await self.metadata_store.await_topic(name, partition)
         return self.topic(name)
 
     async def has_topic(self, name: str) -> bool:
         """Whether ``name`` exists, for a request (in cluster mode: see ``ready_topic``)."""
-        if name not in self.topics and self.cluster is not None:
+        if name not in self.topics:
             try:
                 await self.ready_topic(name)
             except UnknownTopic:

@@ -26,10 +26,6 @@ from bayou.broker.partition import Partition
 from bayou.broker.topics import DEDUP, DEDUP_PRODUCERS, DEDUP_WINDOW, TopicAdmin
 from bayou.errors import (
     BrokerShuttingDown,
-    NotEnoughReplicas,
-    NotEnoughReplicasAfterAppend,
-    NotLeader,
-    ReplicationTimeout,
     UnknownPartition,
 )
 from bayou.records.formats import ProducerSequence
@@ -56,22 +52,17 @@ class ProducePath:
         if self.ctx.cluster is not None and (part.cluster is None or not part.cluster.is_leader):
             await self.ctx.cluster.await_leadership(part.topic, part.index)
 
-    def _check_insync(self, part: Partition, acks: Acks) -> None:
-        """Cluster mode, acks=all: refuse before appending when fewer replicas are in sync than
-        ``min.insync.replicas`` (an append that could only time out would still become visible,
-        and the client's retry would store it twice). A single node keeps the V1 model, where
-        followers report while the produce waits (rtes.md 6.2)."""
-        rs = part.cluster
-        if acks == Acks.ALL and rs is not None:
-            need = self.ctx.min_insync_replicas(part.topic)
-            if len(rs.isr) < need:
-                raise NotEnoughReplicas(f"not enough in-sync replicas: {len(rs.isr)} in sync "
-                                        f"({list(rs.isr)}), min.insync.replicas={need}")
+    @staticmethod
+    def _check_insync(part: Partition, acks: Acks) -> None:
+        """acks=all: refuse before appending when the append could only time out (it would still
+        become visible, and the client's retry would store it twice): ReplicaState.check_insync."""
+        if acks == Acks.ALL:
+            part.replica_state.check_insync(part)
 
     @staticmethod
     def _epoch(part: Partition) -> int | None:
-        """The leader epoch a cluster leader stamps on what it appends (None on a single node)."""
-        return None if part.cluster is None else part.cluster.epoch
+        """The leader epoch a leader stamps on what it appends (ReplicaState.epoch)."""
+        return part.replica_state.epoch(part)
 
     async def produce(self, topic: str, partition: int, batch: bytes | bytearray,
                       acks: Acks = Acks.LEADER, *,
@@ -109,12 +100,11 @@ class ProducePath:
         return await self._acknowledge(part, info, acks)
 
     async def _acknowledge(self, part: Partition, info: AppendInfo, acks: Acks) -> ProduceResult:
-        """After an append: move a cluster leader's high watermark, wait for what ``acks`` and
-        the fsync policy promise, wake long-polls, report."""
+        """After an append: move the leader's high watermark, wait for what ``acks`` and the
+        fsync policy promise, wake long-polls, report."""
         part.bytes_in += info.size
         part.records_in += info.record_count
-        if part.cluster is not None:
-            part.cluster.advance_hw(part.log.next_offset)
+        part.replica_state.appended(part)
         end = info.last_offset + 1
         if part.log.config.fsync.mode == "always":
             await asyncio.get_running_loop().run_in_executor(self.ctx.io, part.log.sync_to, end)
@@ -261,26 +251,7 @@ class ProducePath:
 
     async def _await_replication(self, part: Partition, last_offset: int) -> None:
         deadline = time.monotonic() + self.ctx.config.ack_all_timeout_ms / 1000
-        if part.cluster is not None:
-            min_isr = self.ctx.min_insync_replicas(part.topic)
-            while not (part.cluster.hw > last_offset and len(part.cluster.isr) >= min_isr):
-                if part.cluster.hw > last_offset:  # the ISR shrank under min.insync after the append
-                    isr = list(part.cluster.isr)
-                    raise NotEnoughReplicasAfterAppend(
-                        f"appended, but only {len(isr)} replicas remain in sync ({isr}), "
-                        f"min.insync.replicas={min_isr}")
-                left = deadline - time.monotonic()
-                if left <= 0 or self.ctx.closing:
-                    raise ReplicationTimeout()
-                if not part.cluster.is_leader:
-                    raise NotLeader(leader=self.ctx.cluster.leader_of(part) if self.ctx.cluster else None)
-                await part.wait_for_data(min(left, 0.05))
-            return
-        while not part.replicas.acks_all_satisfied(last_offset, part.leader_last):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ReplicationTimeout()
-            await asyncio.sleep(min(0.002, left))
+        await part.replica_state.await_replicated(part, last_offset, deadline)
 
     async def flush_partition(self, topic: str, partition: int) -> None:
         """fsync everything appended to a partition so far."""
