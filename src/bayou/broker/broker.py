@@ -40,7 +40,7 @@ from bayou.broker.partition import Partition
 from bayou.broker.produce import ProducePath, Stamp
 from bayou.broker.roles import ReplicaRoles
 from bayou.broker.settings import BrokerConfig
-from bayou.broker.topics import TopicAdmin
+from bayou.broker.topics import TOPIC_KEYS, TopicAdmin
 from bayou.broker.views import Endpoint, LogTotals, SharedDocuments
 from bayou.errors import NotLeader
 from bayou.records.formats import ProducerSequence
@@ -462,4 +462,4 @@ class Broker:
         return await self.cluster.consumer_fetch(topic, partition, offset, max_bytes)
 
 
-__all__ = ["Acks", "Broker", "FetchResult", "PartitionLog", "ProduceResult", "TopicInfo"]
+__all__ = ["TOPIC_KEYS", "Acks", "Broker", "FetchResult", "PartitionLog", "ProduceResult", "TopicInfo"]

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 
-from bayou.broker.topics import TOPIC_KEYS
+from bayou.broker.broker import TOPIC_KEYS
 from bayou.errors import BayouError, TopicAlreadyExists
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codec import encode_reply
