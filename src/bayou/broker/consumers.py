@@ -32,6 +32,7 @@ class ConsumerGroups:
         self._offset_stamps: dict[tuple[str, str, int], int] = {}
 
     def load(self) -> None:
+        """Read the groups and offsets files at start (an unreadable one is logged and ignored)."""
         for file, loader in ((self.ctx.groups_file, self.ctx.groups.load_groups),
                              (self.ctx.offsets_file, self.ctx.groups.load_offsets)):
             data = file.load()
@@ -48,6 +49,8 @@ class ConsumerGroups:
             await self.ctx.groups_file.save(wait=False)
 
     async def persist_if_dirty(self) -> None:
+        """Write the groups file when heartbeats changed it since the last write (a periodic task:
+        a heartbeat does not write the file itself)."""
         if self._groups_dirty:
             self._groups_dirty = False
             await self.ctx.groups_file.save(wait=False)
