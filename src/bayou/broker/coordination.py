@@ -43,10 +43,34 @@ class MetadataStore(Protocol):
         """Remove the last ``count`` partitions of ``name``."""
         ...
 
+    async def await_topic(self, name: str, partition: int) -> None:
+        """A request names partition ``partition`` of ``name``: when it was made elsewhere and has
+        not reached this broker yet, wait for it briefly (a watch may still be on its way), so the
+        client is not told it does not exist. At once when the store is this broker's own."""
+        ...
+
 
 class ReplicaState(Protocol):
     def high_watermark(self, part: Partition) -> int:
         """The partition's high watermark (exclusive): consumers see the offsets below it."""
+        ...
+
+    def epoch(self, part: Partition) -> int | None:
+        """The leader epoch stamped on what the leader appends (None: no epochs are kept)."""
+        ...
+
+    def appended(self, part: Partition) -> None:
+        """The leader appended to ``part``: move what the high watermark follows."""
+        ...
+
+    def check_insync(self, part: Partition) -> None:
+        """Before an acks=all append: raise NotEnoughReplicas when the append could only time
+        out for want of in-sync replicas."""
+        ...
+
+    async def await_replicated(self, part: Partition, last_offset: int, deadline: float) -> None:
+        """After an acks=all append: return once ``last_offset`` is replicated as the mode
+        promises; ReplicationTimeout at ``deadline`` (time.monotonic)."""
         ...
 
 
@@ -86,6 +110,9 @@ class LocalMetadataStore:
 
     async def remove_partitions(self, name: str, count: int) -> Topic:
         return await self.broker.shrink_topic(name, count)
+
+    async def await_topic(self, name: str, partition: int) -> None:
+        return None
 
 
 class Cluster(MetadataStore, Protocol):

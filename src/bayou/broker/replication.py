@@ -8,9 +8,12 @@ and the in-sync followers' offsets. Offsets here are inclusive ("last offset"), 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from bayou.errors import ReplicationTimeout
 
 if TYPE_CHECKING:
     from bayou.broker.partition import Partition
@@ -68,11 +71,32 @@ class ReplicaTracker:
 
 class SingleNodeReplicas:
     """A single node's ``ReplicaState`` (broker/coordination.py): the high watermark is what the
-    in-sync followers reported (``ReplicaTracker``), one past it."""
+    in-sync followers reported (``ReplicaTracker``), one past it; an acks=all produce waits for
+    their reports (the V1 model, rtes.md 6.2)."""
 
     @staticmethod
     def high_watermark(part: Partition) -> int:
         return part.durable_cap(part.replicas.high_watermark(part.leader_last) + 1)
+
+    @staticmethod
+    def epoch(part: Partition) -> int | None:
+        return None
+
+    @staticmethod
+    def appended(part: Partition) -> None:
+        return None  # the followers' reports move the high watermark
+
+    @staticmethod
+    def check_insync(part: Partition) -> None:
+        return None  # followers report while the produce waits
+
+    @staticmethod
+    async def await_replicated(part: Partition, last_offset: int, deadline: float) -> None:
+        while not part.replicas.acks_all_satisfied(last_offset, part.leader_last):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ReplicationTimeout()
+            await asyncio.sleep(min(0.002, left))
 
 
 SINGLE_NODE = SingleNodeReplicas()

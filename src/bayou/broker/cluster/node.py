@@ -37,7 +37,7 @@ from bayou.broker.cluster.fetcher import FollowerFetcher
 from bayou.broker.cluster.forwarder import LeaderForwarder
 from bayou.broker.cluster.leader import LeaderHandlers
 from bayou.broker.cluster.reconciler import PartitionReconciler
-from bayou.broker.cluster.replicaset import CLUSTER
+from bayou.broker.cluster.replicas import ClusterReplicas
 from bayou.broker.cluster.state import BrokerRegistration, PartitionState
 from bayou.broker.cluster.store import ZkMetadataStore
 from bayou.broker.cluster.transport import (
@@ -88,12 +88,13 @@ class ClusterNode:
         self._probing: set[int] = set()  # brokers whose death is being confirmed
         # From now on the broker is in cluster mode: it leads nothing until ZooKeeper says so,
         # and its topics change through ZooKeeper.
+        replicas = ClusterReplicas(ctx)
         broker.cluster = self
         broker.metadata_store = self
-        broker.replica_state = CLUSTER
+        broker.replica_state = replicas
         for topic in broker.topics.values():
             for part in topic.partitions:
-                part.replica_state = CLUSTER
+                part.replica_state = replicas
 
     @property
     def zk(self) -> ZkCluster:
@@ -292,6 +293,13 @@ class ClusterNode:
 
     async def catch_up(self, name: str, partition: int, timeout: float = 5.0) -> None:
         await self.reconciler.catch_up(name, partition, timeout)
+
+    async def await_topic(self, name: str, partition: int) -> None:
+        """A partition this broker has not opened, or whose cluster state has not reached it, is
+        caught up with ZooKeeper (``catch_up``) before the request is answered."""
+        t = self.broker.topics.get(name)
+        if t is None or not 0 <= partition < len(t.partitions) or t.partitions[partition].cluster is None:
+            await self.catch_up(name, partition)
 
     async def await_leadership(self, topic: str, partition: int, timeout: float = 5.0) -> None:
         await self.reconciler.await_leadership(topic, partition, timeout)

@@ -1,0 +1,324 @@
+"""Consumer groups and committed offsets as the broker serves them: authorization, the groups and
+offsets files, and in cluster mode the groups and offsets every broker shares in ZooKeeper (V1
+and Iggy groups are read, changed and written back there with a compare-and-set; Cursus groups
+stay in their coordinator's memory). The group state table itself is broker/groups/."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from bayou.broker.context import BrokerContext
+from bayou.broker.groups.coordinator import (
+    CURSUS_POLICY,
+    RTES_POLICY,
+    GroupDescription,
+    GroupPolicy,
+    GroupView,
+)
+from bayou.errors import OffsetOutOfRange
+
+log = logging.getLogger("bayou.broker")
+T = TypeVar("T")
+
+
+class ConsumerGroups:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self._groups_dirty = False  # heartbeats: written by the groups-persist task, not each time
+        # cluster mode: when each committed offset last changed here (see adopt_offsets)
+        self._offset_clock = 0
+        self._offset_stamps: dict[tuple[str, str, int], int] = {}
+
+    def load(self) -> None:
+        """Read the groups and offsets files at start (an unreadable one is logged and ignored)."""
+        for file, loader in ((self.ctx.groups_file, self.ctx.groups.load_groups),
+                             (self.ctx.offsets_file, self.ctx.groups.load_offsets)):
+            data = file.load()
+            if data is None:
+                continue
+            try:
+                loader(data)
+            except Exception as exc:  # any shape error: ignore the file, start empty (rtes.md 6.4)
+                log.error("ignoring unreadable %s: %s", file.path, exc)
+
+    async def expire_members(self) -> None:
+        """Sweep the groups whose policy expires members in the background (Cursus: every 5 s)."""
+        if self.ctx.groups.sweep_all(active_only=True):
+            await self.ctx.groups_file.save(wait=False)
+
+    async def persist_if_dirty(self) -> None:
+        """Write the groups file when heartbeats changed it since the last write (a periodic task:
+        a heartbeat does not write the file itself)."""
+        if self._groups_dirty:
+            self._groups_dirty = False
+            await self.ctx.groups_file.save(wait=False)
+
+    def _shared_group(self, group: str, policy: GroupPolicy | None = None) -> bool:
+        """Cluster mode keeps V1 and Iggy groups in ZooKeeper, so members on different brokers
+        form one group and it survives any broker (neither protocol has a coordinator to find).
+        Cursus groups live in the memory of their coordinator broker (FIND_COORDINATOR)."""
+        if self.ctx.cluster is None:
+            return False
+        if policy is not None:
+            return policy is not CURSUS_POLICY
+        g = self.ctx.groups.groups.get(group)
+        return g is None or g.policy is not CURSUS_POLICY
+
+    async def _in_cluster(self, group: str, op: Callable[[], T]) -> T:
+        """Run a group operation on the state ZooKeeper holds: read it, apply ``op``, write the
+        result back with a compare-and-set (again from the newer state when another broker wrote
+        first). State changes made before an error (an expiry sweep) are written too."""
+        assert self.ctx.cluster is not None
+        while True:
+            data, version = await self.ctx.cluster.group_state(group)
+            self.ctx.groups.replace_group(group, data)
+            error: Exception | None = None
+            try:
+                result = op()
+            except Exception as exc:  # a group error: raised once the state is written
+                error = exc
+            new = self.ctx.groups.group_json(group)
+            if new != data:
+                if not await self.ctx.cluster.set_group_state(group, new, version):
+                    continue
+                self._groups_dirty = True
+            if error is not None:
+                raise error
+            return result
+
+    async def join_group(self, group: str, topic: str, member: str, assignor: str | None = None,
+                         policy: GroupPolicy = RTES_POLICY) -> GroupView:
+        self.ctx.authorize("poll", topic)
+        if self._shared_group(group, policy):
+            return await self._in_cluster(
+                group, lambda: self.ctx.groups.join(group, topic, member, assignor, policy))
+        view = self.ctx.groups.join(group, topic, member, assignor, policy)
+        await self.ctx.groups_file.save()
+        return view
+
+    async def register_group(self, group: str, topic: str, policy: GroupPolicy,
+                             assignor: str | None = None) -> GroupDescription:
+        """Register ``group`` for ``topic`` (no member joins); the existing group if there is one."""
+        self.ctx.authorize("poll", topic)
+        partitions = None if policy.rebind_topic else self.ctx.partition_count(topic)
+        if self._shared_group(group, policy):
+            return await self._in_cluster(group, lambda: self.ctx.groups.describe(
+                self.ctx.groups.register(group, topic, policy, assignor, partitions).name))
+        existed = group in self.ctx.groups.groups
+        self.ctx.groups.register(group, topic, policy, assignor, partitions)
+        if not existed:
+            await self.ctx.groups_file.save()
+        return self.ctx.groups.describe(group)
+
+    async def forget_shared_partitions(self, topic: str, keep: int) -> None:
+        """Cluster mode, partitions ``keep`` and beyond of ``topic`` are gone: the shared groups on
+        it (kept in ZooKeeper) drop them from their assignments, once, by the broker that removed
+        them (every broker drops its own copy's when it removes the partitions)."""
+        assert self.ctx.cluster is not None
+        for group, (policy, bound) in (await self.ctx.cluster.shared_groups()).items():
+            if bound == topic and policy != CURSUS_POLICY.name:
+                await self._in_cluster(group, lambda: self.ctx.groups.forget_partitions(topic, keep))
+
+    async def current_group(self, group: str) -> GroupDescription:
+        """The group as it is now: in cluster mode a shared group is read from ZooKeeper (another
+        broker's members may have changed it), otherwise as ``describe_group``."""
+        if self._shared_group(group):
+            return await self._in_cluster(group, lambda: self.ctx.groups.describe(group))
+        return self.ctx.groups.describe(group)
+
+    async def drop_group_members(self, group: str, gone: Callable[[str], bool]) -> None:
+        """Remove the members for which ``gone`` holds (see GroupCoordinator.drop_members)."""
+        if self._shared_group(group):
+            await self._in_cluster(group, lambda: self.ctx.groups.drop_members(group, gone))
+        elif self.ctx.groups.drop_members(group, gone):
+            await self.ctx.groups_file.save()
+
+    async def resume_group(self, group: str, topic: str, member: str, generation: int) -> GroupView:
+        self.ctx.authorize("poll", topic)
+        before = self.generation(group)
+        try:
+            return self.ctx.groups.resume(group, topic, member, generation)
+        finally:
+            if self.generation(group) != before:
+                await self.ctx.groups_file.save()
+
+    async def sync_group(self, group: str, topic: str, member: str, generation: int) -> GroupView:
+        self.ctx.authorize("poll", topic)
+        if self._shared_group(group):
+            return await self._in_cluster(
+                group, lambda: self.ctx.groups.sync(group, topic, member, generation))
+        before = self.generation(group)
+        try:
+            view = self.ctx.groups.sync(group, topic, member, generation)
+        except Exception:
+            if self.generation(group) != before:  # the expiry sweep removed someone
+                await self.ctx.groups_file.save()
+            raise
+        await self.ctx.groups_file.save()
+        return view
+
+    async def heartbeat(self, group: str, topic: str, member: str, generation: int) -> None:
+        self.ctx.authorize("poll", topic)
+        if self._shared_group(group):
+            return await self._in_cluster(
+                group, lambda: self.ctx.groups.heartbeat(group, topic, member, generation))
+        before = self.generation(group)
+        try:
+            self.ctx.groups.heartbeat(group, topic, member, generation)
+        finally:
+            if self.generation(group) != before:
+                await self.ctx.groups_file.save()
+        self._groups_dirty = True
+
+    async def leave_group(self, group: str, topic: str, member: str, generation: int | None) -> None:
+        if self._shared_group(group):
+            return await self._in_cluster(
+                group, lambda: self.ctx.groups.leave(group, topic, member, generation))
+        try:
+            self.ctx.groups.leave(group, topic, member, generation)
+        finally:
+            await self.ctx.groups_file.save()
+
+    async def commit_offset(self, group: str, topic: str, partition: int, offset: int, *,
+                            member: str | None = None, generation: int | None = None) -> None:
+        """Store a committed offset durably; with a member, check its generation and ownership."""
+        self.ctx.authorize("poll", topic)
+        if offset < 0:
+            raise OffsetOutOfRange("invalid offset")
+        if member is not None and generation is not None:
+            await self._check_commit(group, topic, member, generation, (partition,))
+        if self.ctx.cluster is not None:  # the cluster's copy first: an adoption never reverts this
+            self.ctx.groups.check_offsets(group, topic, {partition: offset})
+            self._offset_written((group, topic, partition))
+            await self.ctx.cluster.publish_offsets(group, topic, {partition: offset})
+        self.ctx.groups.store_offset(group, topic, partition, offset)
+        await self.ctx.offsets_file.save()
+
+    async def _check_commit(self, group: str, topic: str, member: str, generation: int,
+                            partitions: Iterable[int]) -> None:
+        """A member's commit is valid: group, expiry, generation, membership, ownership."""
+        def check() -> None:
+            for p in partitions:
+                self.ctx.groups.check_commit(group, topic, member, generation, p)
+
+        if self._shared_group(group):
+            await self._in_cluster(group, check)
+            return
+        before = self.generation(group)
+        try:
+            check()
+        finally:
+            if self.generation(group) != before:
+                await self.ctx.groups_file.save()
+
+    def _offset_written(self, key: tuple[str, str, int]) -> None:
+        """Cluster mode: ``key`` changes locally now (an adoption read earlier must not undo it)."""
+        self._offset_clock += 1
+        self._offset_stamps[key] = self._offset_clock
+
+    def offsets_mark(self) -> int:
+        return self._offset_clock
+
+    async def commit_offsets(self, group: str, topic: str, entries: dict[int, int], *,
+                             member: str, generation: int) -> None:
+        """Commit several partitions at once, all or nothing, each checked for ownership."""
+        self.ctx.authorize("poll", topic)
+        if any(off < 0 for off in entries.values()):
+            raise OffsetOutOfRange("invalid offset")
+        await self._check_commit(group, topic, member, generation, entries)
+        self.ctx.groups.check_offsets(group, topic, entries)
+        if self.ctx.cluster is not None:  # the cluster's copy first: an adoption never reverts this
+            for p in entries:
+                self._offset_written((group, topic, p))
+            await self.ctx.cluster.publish_offsets(group, topic, dict(entries))
+        for p, off in entries.items():
+            self.ctx.groups.store_offset(group, topic, p, off)
+        await self.ctx.offsets_file.save()
+
+    def adopt_offsets(self, offsets: dict[tuple[str, str, int], int], *, since: int) -> bool:
+        """Cluster mode: make the committed offsets those of the cluster's copy (read after
+        ``offsets_mark()`` returned ``since``), except the ones changed here since; whether any
+        changed."""
+        changed = False
+        fresh = {k for k, stamp in self._offset_stamps.items() if stamp > since}
+        for key, off in offsets.items():
+            if key not in fresh and self.ctx.groups.offsets.get(key) != off:
+                self.ctx.groups.offsets[key] = off
+                changed = True
+        for key in [k for k in self.ctx.groups.offsets if k not in offsets and k not in fresh]:
+            del self.ctx.groups.offsets[key]
+            changed = True
+        for key in [k for k, stamp in self._offset_stamps.items() if stamp <= since]:
+            del self._offset_stamps[key]
+        return changed
+
+    async def save_offsets(self) -> None:
+        await self.ctx.offsets_file.save()
+
+    def _group_topics(self, group: str) -> set[str]:
+        """The topics a group is about: the one it lives in, and every topic it has offsets for."""
+        g = self.ctx.groups.groups.get(group)
+        topics = {k[1] for k in self.ctx.groups.offsets if k[0] == group}
+        if g is not None:
+            topics.add(g.topic)
+        return topics
+
+    def _authorize_group(self, group: str) -> None:
+        """A group's state is its consumers': whoever may poll every topic it is about may see and
+        change it (Kafka asks Describe/Delete on the group; Iggy's groups live in their topic)."""
+        for topic in sorted(self._group_topics(group)):
+            self.ctx.authorizer.check_topic("poll", topic)
+
+    def list_groups(self) -> list[str]:
+        """The groups the caller may see: those whose every topic it may describe."""
+        return [name for name in self.ctx.groups.list_groups()
+                if len(self.ctx.visible_topics_of(self._group_topics(name))) == len(self._group_topics(name))]
+
+    async def reset_group_members(self, group: str) -> None:
+        self._authorize_group(group)
+        if self.ctx.groups.reset_members(group):
+            await self.ctx.groups_file.save()
+
+    async def delete_group(self, group: str) -> None:
+        """Remove a group and its committed offsets (a missing group is not an error)."""
+        self._authorize_group(group)
+        if self.ctx.cluster is not None:
+            for key in [k for k in self.ctx.groups.offsets if k[0] == group]:
+                self._offset_written(key)
+            await self.ctx.cluster.forget_group(group)
+        if self.ctx.groups.delete_group(group):
+            await self.ctx.groups_file.save()
+            await self.ctx.offsets_file.save()
+
+    async def delete_committed_offset(self, group: str, topic: str, partition: int) -> bool:
+        self.ctx.authorize("poll", topic)
+        if await self.current_committed_offset(group, topic, partition) is None:
+            return False
+        if self.ctx.cluster is not None:  # the cluster's copy first, as for commits
+            self._offset_written((group, topic, partition))
+            await self.ctx.cluster.forget_offset(group, topic, partition)
+        self.ctx.groups.delete_offset(group, topic, partition)
+        await self.ctx.offsets_file.save()
+        return True
+
+    def committed_offset(self, group: str, topic: str, partition: int) -> int | None:
+        self.ctx.authorize("poll", topic)
+        return self.ctx.groups.committed(group, topic, partition)
+
+    async def current_committed_offset(self, group: str, topic: str, partition: int) -> int | None:
+        """The committed offset as the cluster has it now (a commit made through another broker
+        a moment ago included); on a single node the same as ``committed_offset``."""
+        self.ctx.authorize("poll", topic)
+        if self.ctx.cluster is None:
+            return self.ctx.groups.committed(group, topic, partition)
+        return await self.ctx.cluster.committed_offset(group, topic, partition)
+
+    def describe_group(self, group: str) -> GroupDescription:
+        self._authorize_group(group)
+        return self.ctx.groups.describe(group)
+
+    def generation(self, group: str) -> int:
+        g = self.ctx.groups.groups.get(group)
+        return g.generation if g else 0

@@ -1,0 +1,137 @@
+"""What the broker's parts share, and the lookups every one of them makes.
+
+``Broker`` (broker.py) builds one ``BrokerContext`` and hands it to each part: topic lifecycle
+(topics.py), the produce path (produce.py), the fetch path (fetch.py), groups and offsets
+(consumers.py), the V1 role commands (roles.py) and start, stop and background work
+(lifecycle.py). The parts hold this object rather than the broker or each other, as the cluster's
+parts hold their ClusterContext (broker/cluster/context.py), so each can be read alone.
+
+The choices where a single node and a cluster differ (``metadata_store``, ``replica_state``,
+``cluster``: broker/coordination.py) live here, set once at start (broker/cluster/node.py sets them
+in cluster mode, before the first request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from bayou.broker.authz import Action, Authorizer
+from bayou.broker.coordination import Cluster, MetadataStore, ReplicaState
+from bayou.broker.groups.coordinator import GroupCoordinator
+from bayou.broker.metadata import ClusterMetadata
+from bayou.broker.model import Topic
+from bayou.broker.partition import LEADER, Partition
+from bayou.broker.persist import StateFile
+from bayou.broker.replication import SINGLE_NODE
+from bayou.broker.settings import BrokerConfig
+from bayou.errors import NotLeader, UnknownPartition, UnknownTopic
+from bayou.storage import Store, TopicMeta
+
+
+class BrokerContext:
+    def __init__(self, config: BrokerConfig, metadata_store: MetadataStore) -> None:
+        self.config = config
+        self.store = Store(config.data_dir, config.log.max_open_files)
+        self.topics: dict[str, Topic] = {}
+        # Who may do what (broker/authz.py): every request is checked against the principal of
+        # the connection it came from; server/ injects the topic resolver and the users.
+        self.authorizer = Authorizer()
+        self.metadata = ClusterMetadata(config.broker_id, self.authorizer)
+        self.groups = GroupCoordinator(config.group_session_timeout_ms, self.partition_count)
+        self.groups_file = StateFile(config.data_dir / "groups.json", self.groups.groups_json)
+        self.offsets_file = StateFile(config.data_dir / "offsets.json", self.groups.offsets_json)
+        self.io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="bayou-io")
+        self.admin_lock = asyncio.Lock()  # topic changes, one at a time
+        self.closing = False
+        # Where topic changes are decided (broker/coordination.py): this broker's files, or in
+        # cluster mode ZooKeeper (broker/cluster/node.py sets all three when it is built, before
+        # the first request): partitions then follow the leaders the cluster elects.
+        self.metadata_store = metadata_store
+        self.replica_state: ReplicaState = SINGLE_NODE
+        self.cluster: Cluster | None = None
+
+    def partition_count(self, topic: str) -> int:
+        t = self.topics.get(topic)
+        return len(t.partitions) if t else self.config.default_partitions
+
+    def topic_flag(self, topic: str, key: str) -> bool:
+        t = self.topics.get(topic)
+        return t is not None and t.meta.config.get(key) == "true"
+
+    def min_insync_replicas(self, topic: str) -> int:
+        """The topic's ``min.insync.replicas``, else the broker's, capped by its replica count."""
+        t = self.topics.get(topic)
+        value = t.meta.config.get("min.insync.replicas") if t is not None else None
+        try:
+            n = int(value) if value is not None else self.config.min_insync_replicas
+        except ValueError:
+            n = self.config.min_insync_replicas
+        return max(1, n)
+
+    def topic_rf(self, meta: TopicMeta) -> int:
+        try:
+            return int(meta.config.get("replication.factor", self.config.replication_factor))
+        except ValueError:
+            return self.config.replication_factor
+
+    def topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopic(f"unknown topic {name}")
+        return topic
+
+    def partition(self, topic: str, partition: int) -> Partition:
+        t = self.topic(topic)
+        if not 0 <= partition < len(t.partitions):
+            raise UnknownPartition(f"topic {topic} has no partition {partition}")
+        return t.partitions[partition]
+
+    async def ready_topic(self, name: str, partition: int = 0) -> Topic:
+        """``topic(name)`` for a request. In cluster mode a topic (or partition) that ZooKeeper has
+        but this broker has not opened yet, or whose cluster state has not reached it, is waited
+        for briefly instead of being called unknown: a client that created it through another
+        broker must not be told it does not exist because a watch is still on its way."""
+        await self.metadata_store.await_topic(name, partition)
+        return self.topic(name)
+
+    async def has_topic(self, name: str) -> bool:
+        """Whether ``name`` exists, for a request (in cluster mode: see ``ready_topic``)."""
+        if name not in self.topics:
+            try:
+                await self.ready_topic(name)
+            except UnknownTopic:
+                return False
+        return name in self.topics
+
+    async def ready_partition(self, topic: str, partition: int) -> Partition:
+        """``partition(topic, partition)`` for a request (see ``ready_topic``)."""
+        await self.ready_topic(topic, partition)
+        return self.partition(topic, partition)
+
+    def visible_topics_of(self, names: Iterable[str]) -> list[str]:
+        """Those of ``names`` the caller may describe."""
+        return self.authorizer.describable(names)
+
+    def authorize(self, action: Action, topic: str) -> None:
+        """Raise Unauthorized unless the caller may do ``action`` on ``topic``: the check each
+        call below makes, for a front end that must choose its reply before calling."""
+        self.authorizer.check_topic(action, topic)
+
+    def check_serving(self, part: Partition) -> None:
+        """Raise if ``part`` was deleted (with its topic, or by remove_partitions) meanwhile."""
+        t = self.topics.get(part.topic)
+        if t is None:
+            raise UnknownTopic(f"unknown topic {part.topic}")
+        if part.index >= len(t.partitions) or t.partitions[part.index] is not part:
+            raise UnknownPartition(f"partition {part.index} of topic {part.topic} was deleted")
+
+    def check_leader(self, part: Partition) -> None:
+        if self.cluster is not None:
+            if part.cluster is None or not part.cluster.is_leader:
+                raise NotLeader(leader=self.cluster.leader_of(part))
+            return
+        meta = self.metadata.partitions.get((part.topic, part.index))
+        if part.role != LEADER or (meta is not None and meta.leader != self.config.broker_id):
+            raise NotLeader()

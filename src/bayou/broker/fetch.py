@@ -1,0 +1,110 @@
+"""The fetch path: reads of whole batches up to the high watermark (or the log end, for a
+replica), the long poll (a waiter registered before the log end is read), the log-start checks
+that retention racing a read needs, and the zero-copy ``locate``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bayou.broker.context import BrokerContext
+from bayou.broker.model import FetchResult
+from bayou.broker.partition import Partition
+from bayou.errors import NotLeader, OffsetOutOfRange
+from bayou.storage import FileSpan
+
+
+class FetchPath:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    async def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
+                    max_records: int | None = None, max_wait_ms: int = 0, min_bytes: int = 1,
+                    upto_log_end: bool = False, from_log_start: bool = False) -> FetchResult:
+        """Whole batches from the one holding ``offset`` up to the high watermark, at most
+        ``max_bytes`` and (batch-granular) ``max_records``, but always at least one batch.
+
+        With ``max_wait_ms``, waits until at least ``min_bytes`` are available or the time passes.
+        An offset below the log start raises OffsetOutOfRange, or with ``from_log_start`` reads
+        from the log start instead (V1 and Iggy clamp so); one at or past the end returns nothing
+        (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches).
+        Retention may remove the segment while the read runs: the start is then checked again,
+        never answered as an empty read.
+        """
+        self.ctx.authorize("poll", topic)
+        if upto_log_end:  # records not yet committed: a replica's read (V1 BROKER_FETCH), not a consumer's
+            self.ctx.authorizer.check("manage_servers")
+        part = await self.ctx.ready_partition(topic, partition)
+        if not upto_log_end:
+            self._check_replica(part)
+        if offset < 0:
+            raise OffsetOutOfRange(f"negative offset {offset}")
+        deadline = time.monotonic() + max_wait_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            # registered before the log end is read: an append during the read still wakes us
+            waiter = part.data_waiter() if max_wait_ms > 0 else None
+            try:
+                hw = part.log.next_offset if upto_log_end else part.high_watermark
+                start = part.log.log_start_offset
+                if offset < start:
+                    if not from_log_start:
+                        raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")
+                    offset = start
+                if offset < hw:
+                    r = await loop.run_in_executor(self.ctx.io, self._read, part, offset, max_bytes, hw,
+                                                   max_records)
+                    if r is None and offset < part.log.log_start_offset:
+                        continue  # retention removed the segment meanwhile: check the new start
+                    if r is not None and (len(r.data) >= min_bytes or time.monotonic() >= deadline):
+                        if not upto_log_end:  # a follower's copy is not client traffic
+                            part.bytes_out += len(r.data)
+                            part.records_out += r.record_count
+                        return r
+                left = deadline - time.monotonic()
+                if left <= 0 or self.ctx.closing:
+                    return FetchResult(b"", 0, offset, hw, start, part.log.next_offset)
+                await part.wait_for_data(left, waiter)
+            finally:
+                if waiter is not None:
+                    part.forget_waiter(waiter)
+            self.ctx.check_serving(part)
+
+    def check_readable(self, topic: str, partition: int) -> None:
+        """Raise NotLeader (naming the leader) when this broker holds no replica of the partition
+        (cluster mode): consumers are sent where the records are instead of reading nothing."""
+        self.ctx.authorize("poll", topic)
+        self._check_replica(self.ctx.partition(topic, partition))
+
+    def _check_replica(self, part: Partition) -> None:
+        rs = part.cluster
+        if rs is not None and rs.me not in rs.replicas and not rs.is_leader:
+            raise NotLeader(leader=self.ctx.cluster.leader_of(part) if self.ctx.cluster else None)
+
+    @staticmethod
+    def _read(part: Partition, offset: int, max_bytes: int, hw: int,
+              max_records: int | None) -> FetchResult | None:
+        try:
+            r = part.log.read(offset, max_bytes, max_offset=hw, max_records=max_records)
+        except OffsetOutOfRange:
+            return None
+        return FetchResult(r.data, r.record_count, r.next_offset, hw, r.log_start_offset, r.log_end_offset)
+
+    async def locate(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
+                     payload_only: bool = False) -> FileSpan | None:
+        """Where the batches a fetch from ``offset`` (up to the high watermark) would return lie in
+        one segment file, for zero-copy serving; None when nothing is visible yet. An offset below
+        the log start raises OffsetOutOfRange."""
+        self.ctx.authorize("poll", topic)
+        part = await self.ctx.ready_partition(topic, partition)
+        self._check_replica(part)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.ctx.io, lambda: part.log.locate(offset, max_bytes, max_offset=part.high_watermark,
+                                              payload_only=payload_only))
+
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
+        self.ctx.authorize("poll", topic)
+        part = await self.ctx.ready_partition(topic, partition)
+        self._check_replica(part)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.ctx.io, part.log.offset_for_timestamp, timestamp)
