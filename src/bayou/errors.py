@@ -181,6 +181,19 @@ class UnknownMember(BayouError):
 
 
 @_register
+class RebalanceInProgress(BayouError):
+    code = "REBALANCE_IN_PROGRESS"
+    retriable = True
+    default_message = "the group is rebalancing: rejoin"
+
+
+@_register
+class InconsistentGroupProtocol(BayouError):
+    code = "INCONSISTENT_GROUP_PROTOCOL"
+    default_message = "the member's protocols share none with the group's"
+
+
+@_register
 class PartitionNotAssigned(BayouError):
     code = "PARTITION_NOT_ASSIGNED"
     default_message = "partition not assigned to member"
