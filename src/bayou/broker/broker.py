@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bayou.broker.authz import Action, Authorizer, current_principal
 from bayou.broker.background import run_forever
+from bayou.broker.groups.classic import ClassicGroups
 from bayou.broker.groups.coordinator import (
     CURSUS_POLICY,
     RTES_POLICY,
@@ -195,6 +196,9 @@ class Broker:
         self.authorizer = Authorizer()
         self.metadata = ClusterMetadata(config.broker_id, self.authorizer)
         self.groups = GroupCoordinator(config.group_session_timeout_ms, self.partition_count)
+        # Kafka's classic groups: membership of their own (a leader-run assignor), offsets in
+        # ``groups.offsets`` with every other protocol's (broker/groups/classic.py)
+        self.classic_groups = ClassicGroups()
         self._groups_file = StateFile(config.data_dir / "groups.json", self.groups.groups_json)
         self._offsets_file = StateFile(config.data_dir / "offsets.json", self.groups.offsets_json)
         self._io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="bayou-io")
@@ -315,6 +319,7 @@ class Broker:
         self.started = False
         if self._scrubber is not None:
             self._scrubber.stop()  # a pass in progress ends within one read
+        self.classic_groups.close()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -852,12 +857,13 @@ class Broker:
                                           lambda keep: (build(keep), None), acks)
 
     async def produce_idempotent(self, topic: str, partition: int, producers: Sequence[ProducerSequence],
-                                 build: Callable[[list[bool]], tuple[bytes, Stamp]],
+                                 build: Callable[[list[bool]], tuple[bytes, Stamp | None]],
                                  acks: Acks = Acks.LEADER) -> ProduceResult:
         """Append, of a send whose messages carry (producer id, epoch, sequence) ``producers`` (in
         order), only those that are not replays for the partition's producer table
         (broker/idempotence.py); ``build(keep)`` returns the batch of the kept messages and the
-        ``stamp`` that writes their offsets (see ``produce``). Raises ProducerFenced or
+        ``stamp`` that writes their offsets (see ``produce``; None: a Kafka batch, whose base offset is
+        written in place and whose CRC is checked). Raises ProducerFenced or
         OutOfOrderSequence (nothing stored) when the producer rules refuse the send.
 
         The table is rebuilt from the active segment by the first such send after a start.
@@ -1422,6 +1428,19 @@ class Broker:
             return self.groups.committed(group, topic, partition)
         return await self.cluster.committed_offset(group, topic, partition)
 
+    def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """Every committed offset of ``group`` whose topic the caller may poll, by (topic,
+        partition): what Kafka's OffsetFetch of all topics answers."""
+        out: dict[tuple[str, int], int] = {}
+        for (g, topic, partition), offset in self.groups.offsets.items():
+            if g == group:
+                try:
+                    self.authorizer.check_topic("poll", topic)
+                except Unauthorized:
+                    continue
+                out[(topic, partition)] = offset
+        return out
+
     def describe_group(self, group: str) -> GroupDescription:
         self._authorize_group(group)
         return self.groups.describe(group)
@@ -1444,6 +1463,17 @@ class Broker:
     def topic_config(self, topic: str) -> MappingProxyType[str, str]:
         """The topic's configuration overrides (bayou keys), read-only."""
         return MappingProxyType(self.topic(topic).meta.config)
+
+    def effective_topic_config(self, topic: str) -> dict[str, tuple[str, bool]]:
+        """Every config key of the topic: (value in effect, whether the topic sets it) for the log
+        settings (the broker's default when it does not) and the broker keys it sets."""
+        self.check_describe(topic)
+        t = self.topic(topic)
+        out = {key: (str(getattr(t.log_config, name)), key in t.meta.config)
+               for key, name in sorted(TOPIC_CONFIG_KEYS.items())}
+        for key, value in t.meta.config.items():
+            out.setdefault(key, (value, True))
+        return out
 
     def partition_bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark): the range a consumer may read."""
