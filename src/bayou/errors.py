@@ -39,6 +39,12 @@ class InvalidRequest(BayouError):
 
 
 @_register
+class InvalidRecord(InvalidRequest):
+    code = "INVALID_RECORD"
+    default_message = "a record batch the broker does not accept (well formed, but refused)"
+
+
+@_register
 class InvalidTopicName(BayouError):
     code = "INVALID_TOPIC_NAME"
     default_message = "invalid topic name"

@@ -83,7 +83,7 @@ def _iggy(server: BayouServer, name: str) -> Handler:
 
 def _rtes(server: BayouServer, name: str) -> Handler:
     """V1 and Kafka share port 9092: the first byte tells them apart (protocols/kafka/framing.py,
-    ``sniff``: a V1 line starts with "V", a Kafka size that does would pass 1.4 GB)."""
+    ``sniff``: a Kafka request's size starts with 0x00..0x06, a V1 line with "V")."""
     service = RtesService(server.broker)
     server.meters[name] = service.meter
     v1 = rtes_handler(service)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from bayou.broker.groups.coordinator import RTES_POLICY
 from bayou.errors import BayouError, GroupNotFound, InvalidRequest
 from bayou.protocols.kafka.codes import ApiKey
 
@@ -105,6 +106,9 @@ async def offset_commit(svc: KafkaService, req: Request, body: Any) -> Fields:
                 try:
                     if not await svc.broker.has_topic(t.name):
                         raise InvalidRequest(f"unknown topic {t.name}")
+                    if svc.broker.group_topic(body.group_id) is None:
+                        # a bayou group, so the other protocols' tools find it (and its lag)
+                        await svc.broker.register_group(body.group_id, t.name, RTES_POLICY)
                     await svc.broker.commit_offset(body.group_id, t.name, p.partition_index,
                                                    p.committed_offset)
                     code = ErrorCode.none

@@ -123,6 +123,7 @@ def is_supported(api_key: int, api_version: int) -> bool:
 
 ERROR_CODE: Mapping[type[errors.BayouError], ErrorCode] = MappingProxyType({
     errors.InvalidRequest: ErrorCode.invalid_request,
+    errors.InvalidRecord: ErrorCode.invalid_record,
     errors.InvalidTopicName: ErrorCode.invalid_topic_exception,
     errors.TopicAlreadyExists: ErrorCode.topic_already_exists,
     errors.UnknownTopic: ErrorCode.unknown_topic_or_partition,

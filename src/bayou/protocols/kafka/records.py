@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bayou.errors import CorruptRecord, InvalidRequest
+from bayou.errors import CorruptRecord, InvalidRecord
 from bayou.records.batch import (
     ATTR_FORMAT_MASK,
     ATTR_LOG_APPEND_TIME,
@@ -30,6 +30,7 @@ from bayou.records.batch import (
     message_ids,
 )
 from bayou.records.formats import FORMAT_RECORDS
+from bayou.records.iggy import FORMAT_IGGY, KIND_RAW, ORIGIN_TIMESTAMP, STRING_KEY_PREFIX
 from bayou.records.model import Record
 from bayou.records.v2 import encode_record
 
@@ -39,20 +40,20 @@ ATTR_CONTROL = 0x20
 
 def check_produced(records: Buffer) -> BatchHeader:
     """The header of the one batch a Produce carries for a partition; CorruptRecord (Kafka's
-    CORRUPT_MESSAGE) when it does not parse or decode, InvalidRequest (INVALID_RECORD) for a
+    CORRUPT_MESSAGE) when it does not parse or decode, InvalidRecord (INVALID_RECORD) for a
     batch Kafka's broker would refuse or that bayou cannot store as a Kafka client meant it. The
     CRC is checked by the log's append."""
     h = decode_header(records)
     if h.size != len(records):
-        raise InvalidRequest("a produce must carry exactly one record batch per partition")
+        raise InvalidRecord("a produce must carry exactly one record batch per partition")
     if h.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
-        raise InvalidRequest("transactional and control batches are not served")
+        raise InvalidRecord("transactional and control batches are not served")
     if h.attributes & ATTR_FORMAT_MASK:
-        raise InvalidRequest(f"batch attributes 0x{h.attributes:04x}: bits 8-11 are not Kafka's")
+        raise InvalidRecord(f"batch attributes 0x{h.attributes:04x}: bits 8-11 are not Kafka's")
     if h.record_count < 1:
         raise CorruptRecord("a batch without records")
     if any(r.message_id is not None for r in decode_records(records)):  # every record parses
-        raise InvalidRequest("record attributes other than 0")
+        raise InvalidRecord("record attributes other than 0")
     return h
 
 
@@ -64,6 +65,21 @@ def as_stored(buf: Buffer, pos: int, h: BatchHeader) -> bool:
     return not message_ids(buf, pos)
 
 
+def plain_headers(headers: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]:
+    """An Iggy message's headers as a Kafka client expects them: a string-keyed raw user header
+    ``iggy.h.<name>`` (kind byte 1, value) is ``<name>``, the origin timestamp (the record's own
+    timestamp, in ms) is dropped; typed Iggy headers keep bayou's ``iggy.*`` names."""
+    out = []
+    for name, value in headers:
+        if name == ORIGIN_TIMESTAMP:
+            continue
+        if name.startswith(STRING_KEY_PREFIX) and value[:1] == bytes([KIND_RAW]):
+            out.append((name[len(STRING_KEY_PREFIX):], value[1:]))
+        else:
+            out.append((name, value))
+    return tuple(out)
+
+
 def converted(records: list[Record], h: BatchHeader) -> bytes:
     """A plain v2 batch of ``records`` (decoded from a batch stored otherwise, with absolute
     offsets and timestamps): the stored batch's base offset, each record's own offset delta, no
@@ -73,6 +89,8 @@ def converted(records: list[Record], h: BatchHeader) -> bytes:
     body = bytearray()
     for r in records:
         plain = r if r.message_id is None else dataclasses.replace(r, message_id=None)
+        if h.payload_format == FORMAT_IGGY:
+            plain = dataclasses.replace(plain, headers=plain_headers(plain.headers))
         encode_record(body, plain, r.offset - base, base_ts)
     last = records[-1].offset - base if records else 0
     return assemble_batch(bytes(body), record_count=len(records), base_offset=base,
