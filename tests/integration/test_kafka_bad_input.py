@@ -18,18 +18,15 @@ from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
 from bayou.records.batch import Record, decode_records, encode_batch, iter_batches
 from support.brokers import BrokerProcess, LineConn
-from support.kafka import KafkaConn, frame
+from support.kafka import KafkaConn, frame, running_broker
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("kafka-bad") / "data", fsync="never").start(timeout=90)
-    try:
+    with running_broker(tmp_path_factory.mktemp("kafka-bad")) as b:
         yield b
-    finally:
-        b.stop()
 
 
 @pytest.fixture

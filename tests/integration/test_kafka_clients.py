@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from support.brokers import BrokerProcess, free_port
-from support.kafka import KCAT, NO_KCAT
+from support.kafka import KCAT, NO_KCAT, running_broker
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is a dev dependency")
 kafka = pytest.importorskip("kafka", reason="kafka-python is a dev dependency")
@@ -42,14 +42,9 @@ T = TypeVar("T")
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     kafka_port = free_port()
-    b = BrokerProcess(tmp_path_factory.mktemp("kafka") / "data", "--kafka", f"127.0.0.1:{kafka_port}",
-                      fsync="never")
-    b.kafka_port = kafka_port  # type: ignore[attr-defined]
-    b.start(timeout=90)
-    try:
+    with running_broker(tmp_path_factory.mktemp("kafka"), "--kafka", f"127.0.0.1:{kafka_port}") as b:
+        b.kafka_port = kafka_port  # type: ignore[attr-defined]
         yield b
-    finally:
-        b.stop()
 
 
 def bootstrap(b: BrokerProcess) -> str:

@@ -22,6 +22,7 @@ from behaviour.adapters import (
 )
 from behaviour.harness import connected
 from support.brokers import BrokerProcess
+from support.kafka import running_broker
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is a dev dependency")
 
@@ -36,11 +37,8 @@ TS = 1_700_000_000_000
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("kafka-cross") / "data", fsync="never").start(timeout=90)
-    try:
+    with running_broker(tmp_path_factory.mktemp("kafka-cross")) as b:
         yield b
-    finally:
-        b.stop()
 
 
 def new_topic(b: BrokerProcess) -> str:

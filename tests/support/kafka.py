@@ -8,16 +8,30 @@ import contextlib
 import itertools
 import shutil
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
 from bayou.protocols.kafka.framing import RequestHeader
+from support.brokers import BrokerProcess
 
 _SIZE = struct.Struct(">i")
 KCAT = shutil.which("kcat")
 NO_KCAT = "kcat is not installed (Debian's kcat package: make test installs it)"
+
+
+@contextmanager
+def running_broker(root: Path, *extra: str) -> Iterator[BrokerProcess]:
+    """A broker subprocess (fsync=never) for a module's Kafka tests; its V1 port serves Kafka."""
+    b = BrokerProcess(root / "data", *extra, fsync="never").start(timeout=90)
+    try:
+        yield b
+    finally:
+        b.stop()
 
 
 def frame(api_key: int, version: int, correlation_id: int, body: Any, client_id: str = "bayou-test"

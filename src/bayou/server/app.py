@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from bayou.broker import Broker, BrokerConfig
-from bayou.broker.authz import ANONYMOUS_ACCESS, AnonymousAccess
+from bayou.broker.authz import ANONYMOUS_ACCESS, AnonymousAccess, Principal
 from bayou.errors import InvalidConfig
 from bayou.protocols.kafka.framing import Sniffed, sniff
 from bayou.server.base import Admission, Connection, ConnectionLimits, Listener
 from bayou.server.cursus import Advertised, CursusService, cursus_handler
 from bayou.server.iggy import IggyService, iggy_handler
+from bayou.server.iggy_users import AuthFailure
 from bayou.server.kafka import Advertised as KafkaAdvertised
 from bayou.server.kafka import KafkaService, kafka_handler
 from bayou.server.metering import RequestMeter
@@ -256,9 +257,16 @@ class BayouServer:
 
     def kafka_service(self) -> KafkaService:
         if self._kafka is None:
-            self._kafka = KafkaService(self.broker)
+            self._kafka = KafkaService(self.broker, login=self._kafka_login)
             self.meters["kafka"] = self._kafka.meter
         return self._kafka
+
+    async def _kafka_login(self, peer: str, user: str, password: str) -> Principal:
+        """SASL PLAIN on a Kafka listener: the broker's users, which the Iggy front end keeps
+        (the same check as the HTTP port's Basic login)."""
+        if self.iggy is None:  # no users on this broker: the Iggy listener is off
+            raise AuthFailure("invalid_credentials")
+        return await self.iggy.credentials_principal(peer, user, password)
 
     def kafka_advertised(self, listener: Listener) -> KafkaAdvertised:
         """What Metadata tells a client of ``listener``: the advertised host, the listener's port."""

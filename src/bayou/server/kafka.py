@@ -28,6 +28,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from bayou.broker import Broker
+from bayou.broker.authz import Principal, current_caller
 from bayou.broker.broker import Acks
 from bayou.errors import (
     BayouError,
@@ -40,7 +41,6 @@ from bayou.errors import (
 from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import (
-    SASL_APIS,
     SUPPORTED,
     TRANSACTION_APIS,
     ApiKey,
@@ -52,6 +52,7 @@ from bayou.protocols.kafka.records import check_produced, for_kafka
 from bayou.records.formats import kafka_producer
 from bayou.server.base import Connection, Listener
 from bayou.server.frames import serve_frames
+from bayou.server.iggy_users import AuthFailure
 from bayou.server.metering import UNKNOWN, RequestMeter
 
 log = logging.getLogger("bayou.kafka")
@@ -67,11 +68,28 @@ CLUSTER_OPERATIONS = sum(1 << b for b in (5, 7, 8, 9, 10, 11, 12))
 MAX_WAIT_MS = 30_000  # a client's max wait is capped (Kafka's replica.fetch.wait.max.ms order)
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
-SERVED: Mapping[ApiKey, VersionRange] = MappingProxyType(
-    {k: r for k, r in SUPPORTED.items() if k not in TRANSACTION_APIS and k not in SASL_APIS})
-"""What ApiVersions advertises: every API of ``SUPPORTED`` bayou serves today. Transactions
-(a client that sees no AddPartitionsToTxn refuses transactional use up front) and SASL are
-not served yet."""
+SERVED: Mapping[ApiKey, VersionRange] = MappingProxyType({
+    **{k: r for k, r in SUPPORTED.items() if k not in TRANSACTION_APIS},
+    # SaslHandshake v0 is followed by raw SASL tokens outside Kafka's framing: only v1 is served
+    ApiKey.SASL_HANDSHAKE: VersionRange(1, 1)})
+"""What ApiVersions advertises: every API of ``SUPPORTED`` bayou serves today. Transactions are
+not served yet (a client that sees no AddPartitionsToTxn refuses transactional use up front)."""
+
+MECHANISMS = ("PLAIN",)
+
+Login = Callable[[str, str, str], Awaitable[Principal]]
+"""(peer address, user name, password) -> the principal of those credentials; raises
+``AuthFailure`` (the broker's users: server/iggy_users.py, as the HTTP port's Basic login)."""
+
+
+@dataclass(slots=True)
+class Session:
+    """One connection's state: its SASL exchange, and whether it must close after this reply."""
+
+    peer: str
+    mechanism: str | None = None
+    authenticated: bool = False
+    close: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +115,7 @@ class Request:
     client_id: str
     client_host: str
     advertised: Advertised
+    session: Session
 
 
 Fields = dict[str, Any]
@@ -114,14 +133,16 @@ def message_of(exc: BaseException) -> str | None:
 class KafkaService:
     """The Kafka front end of one broker, shared by every listener that speaks Kafka."""
 
-    def __init__(self, broker: Broker, served: Mapping[ApiKey, VersionRange] = SERVED) -> None:
+    def __init__(self, broker: Broker, served: Mapping[ApiKey, VersionRange] = SERVED,
+                 login: Login | None = None) -> None:
         self.broker = broker
         self.served = served
+        self.login = login  # SASL PLAIN's check of a user name and password
         self.meter = RequestMeter("kafka")
         # producer ids from the clock (ms << 8): unique across restarts without a stored counter
         self._producer_ids = itertools.count(int(time.time() * 1000) << 8)
 
-    async def answer(self, frame: bytes, client_host: str, advertised: Advertised) -> bytes | None:
+    async def answer(self, frame: bytes, session: Session, advertised: Advertised) -> bytes | None:
         """The response frame to one request frame (None: acks=0 produce, no response).
         Raises KafkaError when the connection must close."""
         try:
@@ -138,8 +159,8 @@ class KafkaService:
         try:
             if handler is None:
                 raise KafkaError(f"api_key {header.api_key} has no handler")
-            ctx = Request(header.api_key, header.api_version, header.client_id or "", client_host,
-                          advertised)
+            ctx = Request(header.api_key, header.api_version, header.client_id or "",
+                          f"/{session.peer.rsplit(':', 1)[0]}", advertised, session)
             fields = await handler(self, ctx, req.body)
             failed = False
         finally:
@@ -410,6 +431,47 @@ async def init_producer_id(svc: KafkaService, req: Request, body: Any) -> Fields
     return {"producer_id": svc.next_producer_id(), "producer_epoch": 0}
 
 
+# -- SASL ----------------------------------------------------------------------------------------
+
+
+async def sasl_handshake(svc: KafkaService, req: Request, body: Any) -> Fields:
+    if body.mechanism not in MECHANISMS:
+        return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": list(MECHANISMS)}
+    if req.session.mechanism is not None:  # one exchange per connection, as Kafka's
+        req.session.close = True
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": list(MECHANISMS)}
+    req.session.mechanism = body.mechanism
+    return {"mechanisms": list(MECHANISMS)}
+
+
+async def sasl_authenticate(svc: KafkaService, req: Request, body: Any) -> Fields:
+    """PLAIN (RFC 4616): ``authzid NUL authcid NUL password``, checked against the broker's users;
+    the connection's principal is then that user (broker/authz.py). A failure is answered, then
+    the connection closes (Kafka's behaviour: a client must not go on unauthenticated)."""
+    session = req.session
+    if session.mechanism is None or session.authenticated:
+        session.close = True
+        return {"error_code": ErrorCode.illegal_sasl_state,
+                "error_message": "SaslHandshake first, once per connection", "auth_bytes": b""}
+    parts = bytes(body.auth_bytes).split(b"\0")
+    try:
+        if len(parts) != 3 or svc.login is None:
+            raise AuthFailure("invalid_credentials")  # malformed, or no users to check against
+        authzid, user, password = (p.decode() for p in parts)
+        if authzid and authzid != user:
+            raise AuthFailure("invalid_credentials")  # acting as another user is not offered
+        principal = await svc.login(session.peer, user, password)
+    except (AuthFailure, UnicodeDecodeError):
+        session.close = True
+        return {"error_code": ErrorCode.sasl_authentication_failed,
+                "error_message": "Authentication failed: invalid credentials", "auth_bytes": b""}
+    caller = current_caller()
+    if caller is not None:
+        caller.login(principal)
+    session.authenticated = True
+    return {"auth_bytes": b"", "session_lifetime": 0}
+
+
 # -- dispatch ------------------------------------------------------------------------------------
 
 
@@ -424,6 +486,8 @@ def _handlers() -> dict[ApiKey, Handler]:
         ApiKey.LIST_OFFSETS: list_offsets,
         ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
         ApiKey.INIT_PRODUCER_ID: init_producer_id,
+        ApiKey.SASL_HANDSHAKE: sasl_handshake,
+        ApiKey.SASL_AUTHENTICATE: sasl_authenticate,
         **kafka_groups.HANDLERS,
         **kafka_admin.HANDLERS,
     }
@@ -441,16 +505,17 @@ def kafka_handler(service: KafkaService, advertised: Callable[[Listener], Advert
 
     async def serve(conn: Connection, listener: Listener, first: bytes = b"") -> None:
         where = advertised(listener)
-        host = f"/{conn.ip}"
+        session = Session(conn.peer)
 
         async def handle(frame: bytes) -> bytes | None:
-            return await service.answer(frame, host, where)
+            return await service.answer(frame, session, where)
 
         async def refuse(exc: KafkaError) -> None:
             log.info("closing Kafka connection: %s", exc.message, extra={"peer": conn.peer})
 
         await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_REQUEST_SIZE)),
-                           handle, error=KafkaError, refuse=refuse, first=first)
+                           handle, error=KafkaError, refuse=refuse, first=first,
+                           done=lambda: session.close)
 
     return serve
 
