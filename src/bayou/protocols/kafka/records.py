@@ -44,6 +44,8 @@ def check_produced(records: Buffer) -> BatchHeader:
     batch Kafka's broker would refuse or that bayou cannot store as a Kafka client meant it. The
     CRC is checked by the log's append."""
     h = decode_header(records)
+    if h.size > len(records):
+        raise CorruptRecord(f"a batch of {h.size} bytes in {len(records)}")
     if h.size != len(records):
         raise InvalidRecord("a produce must carry exactly one record batch per partition")
     if h.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
