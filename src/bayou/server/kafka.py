@@ -28,7 +28,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from bayou.broker import Broker
-from bayou.broker.authz import Principal, current_caller
+from bayou.broker.authz import current_caller
 from bayou.broker.broker import Acks
 from bayou.errors import (
     BayouError,
@@ -45,26 +45,31 @@ from bayou.protocols.kafka.codes import (
     TRANSACTION_APIS,
     ApiKey,
     VersionRange,
-    error_code,
 )
 from bayou.protocols.kafka.framing import MAX_REQUEST_SIZE, FrameReader, KafkaError
 from bayou.protocols.kafka.records import check_produced, for_kafka
 from bayou.records.formats import kafka_producer
+from bayou.server import kafka_admin, kafka_groups
 from bayou.server.base import Connection, Listener
 from bayou.server.frames import serve_frames
 from bayou.server.iggy_users import AuthFailure
+from bayou.server.kafka_context import (
+    ALL_OPERATIONS_OMITTED,
+    CLUSTER_ID,
+    CLUSTER_OPERATIONS,
+    TOPIC_OPERATIONS,
+    Advertised,
+    Fields,
+    Handler,
+    Login,
+    Request,
+    Session,
+    code_of,
+)
 from bayou.server.metering import UNKNOWN, RequestMeter
 
 log = logging.getLogger("bayou.kafka")
 
-CLUSTER_ID = "bayou"
-ALL_OPERATIONS_OMITTED = -2147483648  # Kafka's "authorized operations not requested"
-# AclOperation bits: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9,
-# DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12. What is reported when a client asks
-# (kafka-python's admin always does): every operation the resource has; the broker still checks
-# each request against the caller's permissions.
-TOPIC_OPERATIONS = sum(1 << b for b in (3, 4, 5, 6, 7, 8, 10, 11))
-CLUSTER_OPERATIONS = sum(1 << b for b in (5, 7, 8, 9, 10, 11, 12))
 MAX_WAIT_MS = 30_000  # a client's max wait is capped (Kafka's replica.fetch.wait.max.ms order)
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
@@ -76,59 +81,6 @@ SERVED: Mapping[ApiKey, VersionRange] = MappingProxyType({
 not served yet (a client that sees no AddPartitionsToTxn refuses transactional use up front)."""
 
 MECHANISMS = ("PLAIN",)
-
-Login = Callable[[str, str, str], Awaitable[Principal]]
-"""(peer address, user name, password) -> the principal of those credentials; raises
-``AuthFailure`` (the broker's users: server/iggy_users.py, as the HTTP port's Basic login)."""
-
-
-@dataclass(slots=True)
-class Session:
-    """One connection's state: its SASL exchange, and whether it must close after this reply."""
-
-    peer: str
-    mechanism: str | None = None
-    authenticated: bool = False
-    close: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Advertised:
-    """Where clients are told to connect: Metadata's, FindCoordinator's and DescribeCluster's
-    broker entry. ``port`` is the listener's own (each listener advertises itself)."""
-
-    node_id: int
-    host: str
-    port: int
-
-    def broker(self) -> dict[str, Any]:
-        return {"node_id": self.node_id, "broker_id": self.node_id, "host": self.host,
-                "port": self.port, "rack": None}
-
-
-@dataclass(slots=True)
-class Request:
-    """What a handler knows of the request besides its body."""
-
-    api_key: int
-    version: int
-    client_id: str
-    client_host: str
-    advertised: Advertised
-    session: Session
-
-
-Fields = dict[str, Any]
-Handler = Callable[["KafkaService", Request, Any], Awaitable[Fields | None]]
-
-
-def code_of(exc: BaseException) -> ErrorCode:
-    return error_code(exc)
-
-
-def message_of(exc: BaseException) -> str | None:
-    return exc.message if isinstance(exc, BayouError) else None
-
 
 class KafkaService:
     """The Kafka front end of one broker, shared by every listener that speaks Kafka."""
@@ -475,10 +427,7 @@ async def sasl_authenticate(svc: KafkaService, req: Request, body: Any) -> Field
 # -- dispatch ------------------------------------------------------------------------------------
 
 
-def _handlers() -> dict[ApiKey, Handler]:
-    from bayou.server import kafka_admin, kafka_groups
-
-    return {
+HANDLERS: dict[ApiKey, Handler] = {
         ApiKey.API_VERSIONS: api_versions,
         ApiKey.METADATA: metadata,
         ApiKey.PRODUCE: produce,
@@ -491,18 +440,13 @@ def _handlers() -> dict[ApiKey, Handler]:
         **kafka_groups.HANDLERS,
         **kafka_admin.HANDLERS,
     }
-
-
-HANDLERS: dict[ApiKey, Handler] = {}
+"""The one dispatch table: API key -> handler (STYLE habit 5)."""
 
 
 def kafka_handler(service: KafkaService, advertised: Callable[[Listener], Advertised]
                   ) -> Callable[..., Awaitable[None]]:
     """The connection handler of a Kafka listener; ``first`` is bytes already read (the V1
     port's first-byte sniff)."""
-    if not HANDLERS:
-        HANDLERS.update(_handlers())
-
     async def serve(conn: Connection, listener: Listener, first: bytes = b"") -> None:
         where = advertised(listener)
         session = Session(conn.peer)

@@ -15,19 +15,22 @@ from kio.schema.errors import ErrorCode
 
 from bayou.errors import BayouError, InvalidConfig, InvalidPartitions, UnknownTopic
 from bayou.protocols.kafka.codes import ApiKey
+from bayou.server.kafka_context import (
+    ALL_OPERATIONS_OMITTED,
+    CLUSTER_ID,
+    CLUSTER_OPERATIONS,
+    Fields,
+    Handler,
+    Request,
+    code_of,
+)
 
 if TYPE_CHECKING:
-    from bayou.server.kafka import Fields, Handler, KafkaService, Request
+    from bayou.server.kafka import KafkaService
 
 TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # Kafka's ConfigSource
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations (APPEND 2 and SUBTRACT 3 are for lists)
-
-
-def _code(exc: BaseException) -> ErrorCode:
-    from bayou.server.kafka import code_of
-
-    return code_of(exc)
 
 
 def _replication_ok(svc: KafkaService, factor: int) -> bool:
@@ -65,7 +68,7 @@ async def create_topics(svc: KafkaService, req: Request, body: Any) -> Fields:
                                      "is_sensitive": False}
                                     for k, (v, own) in svc.broker.effective_topic_config(t.name).items()]
         except BayouError as exc:
-            entry["error_code"] = _code(exc)
+            entry["error_code"] = code_of(exc)
             entry["error_message"] = exc.message
         out.append(entry)
     return {"topics": out}
@@ -82,7 +85,7 @@ async def delete_topics(svc: KafkaService, req: Request, body: Any) -> Fields:
                 raise UnknownTopic(f"unknown topic {name}")
             await svc.broker.delete_topic(name)
         except BayouError as exc:
-            entry["error_code"] = _code(exc)
+            entry["error_code"] = code_of(exc)
             entry["error_message"] = exc.message
         out.append(entry)
     return {"responses": out}
@@ -103,7 +106,7 @@ async def create_partitions(svc: KafkaService, req: Request, body: Any) -> Field
             if not body.validate_only:
                 await svc.broker.add_partitions(t.name, t.count)
         except BayouError as exc:
-            entry["error_code"] = _code(exc)
+            entry["error_code"] = code_of(exc)
             entry["error_message"] = exc.message
         out.append(entry)
     return {"results": out}
@@ -128,7 +131,7 @@ async def describe_configs(svc: KafkaService, req: Request, body: Any) -> Fields
             elif r.resource_type != BROKER:
                 raise InvalidConfig(f"resource type {r.resource_type} is not served")
         except BayouError as exc:
-            entry["error_code"] = _code(exc)
+            entry["error_code"] = code_of(exc)
             entry["error_message"] = exc.message
         results.append(entry)
     return {"results": results}
@@ -146,7 +149,7 @@ async def _alter(svc: KafkaService, resource: Any, changes: dict[str, str | None
         if not validate_only:
             await svc.broker.alter_topic_config(resource.resource_name, changes)
     except BayouError as exc:
-        entry["error_code"] = _code(exc)
+        entry["error_code"] = code_of(exc)
         entry["error_message"] = exc.message
     return entry
 
@@ -181,8 +184,6 @@ async def incremental_alter_configs(svc: KafkaService, req: Request, body: Any) 
 
 
 async def describe_cluster(svc: KafkaService, req: Request, body: Any) -> Fields:
-    from bayou.server.kafka import ALL_OPERATIONS_OMITTED, CLUSTER_ID, CLUSTER_OPERATIONS
-
     ops = CLUSTER_OPERATIONS if body.include_cluster_authorized_operations else ALL_OPERATIONS_OMITTED
     return {"cluster_id": CLUSTER_ID, "controller_id": req.advertised.node_id,
             "brokers": [req.advertised.broker()], "endpoint_type": 1,

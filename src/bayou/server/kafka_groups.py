@@ -16,19 +16,19 @@ from kio.schema.errors import ErrorCode
 from bayou.broker.groups.coordinator import RTES_POLICY
 from bayou.errors import BayouError, GroupNotFound, InvalidRequest
 from bayou.protocols.kafka.codes import ApiKey
+from bayou.server.kafka_context import (
+    ALL_OPERATIONS_OMITTED,
+    GROUP_OPERATIONS,
+    Fields,
+    Handler,
+    Request,
+    code_of,
+)
 
 if TYPE_CHECKING:
-    from bayou.server.kafka import Fields, Handler, KafkaService, Request
+    from bayou.server.kafka import KafkaService
 
 CONSUMER = "consumer"
-ALL_OPERATIONS_OMITTED = -2147483648
-GROUP_OPERATIONS = sum(1 << b for b in (3, 6, 8))  # READ, DELETE, DESCRIBE (server/kafka.py)
-
-
-def _code(exc: BaseException) -> ErrorCode:
-    from bayou.server.kafka import code_of
-
-    return code_of(exc)
 
 
 async def find_coordinator(svc: KafkaService, req: Request, body: Any) -> Fields:
@@ -49,7 +49,7 @@ async def join_group(svc: KafkaService, req: Request, body: Any) -> Fields:
             protocols=[(p.name, p.metadata) for p in body.protocols],
             group_instance_id=getattr(body, "group_instance_id", None))
     except BayouError as exc:
-        return {"error_code": _code(exc), "generation_id": -1, "member_id": body.member_id,
+        return {"error_code": code_of(exc), "generation_id": -1, "member_id": body.member_id,
                 "protocol_name": None, "protocol_type": None}
     return {"generation_id": result.generation, "protocol_type": result.protocol_type,
             "protocol_name": result.protocol_name, "leader": result.leader,
@@ -64,7 +64,7 @@ async def sync_group(svc: KafkaService, req: Request, body: Any) -> Fields:
             body.group_id, body.member_id, body.generation_id,
             {a.member_id: a.assignment for a in body.assignments})
     except BayouError as exc:
-        return {"error_code": _code(exc), "assignment": b"", "protocol_type": None,
+        return {"error_code": code_of(exc), "assignment": b"", "protocol_type": None,
                 "protocol_name": None}
     return {"protocol_type": ptype, "protocol_name": pname, "assignment": assignment}
 
@@ -73,7 +73,7 @@ async def heartbeat(svc: KafkaService, req: Request, body: Any) -> Fields:
     try:
         svc.broker.classic_groups.heartbeat(body.group_id, body.member_id, body.generation_id)
     except BayouError as exc:
-        return {"error_code": _code(exc)}
+        return {"error_code": code_of(exc)}
     return {}
 
 
@@ -82,10 +82,10 @@ async def leave_group(svc: KafkaService, req: Request, body: Any) -> Fields:
     ids = [m.member_id for m in members] if members is not None else [body.member_id]
     results = svc.broker.classic_groups.leave(body.group_id, ids)
     out: Fields = {"members": [{"member_id": mid, "group_instance_id": None,
-                                "error_code": ErrorCode.none if err is None else _code(err)}
+                                "error_code": ErrorCode.none if err is None else code_of(err)}
                                for mid, err in zip(ids, results, strict=True)]}
     if members is None and results[0] is not None:
-        out["error_code"] = _code(results[0])
+        out["error_code"] = code_of(results[0])
     return out
 
 
@@ -96,7 +96,7 @@ async def offset_commit(svc: KafkaService, req: Request, body: Any) -> Fields:
     try:
         svc.broker.classic_groups.check_commit(body.group_id, member, generation)
     except BayouError as exc:
-        group_error = _code(exc)
+        group_error = code_of(exc)
     topics = []
     for t in body.topics:
         parts = []
@@ -115,7 +115,7 @@ async def offset_commit(svc: KafkaService, req: Request, body: Any) -> Fields:
                 except InvalidRequest:
                     code = ErrorCode.unknown_topic_or_partition
                 except BayouError as exc:
-                    code = _code(exc)
+                    code = code_of(exc)
             parts.append({"partition_index": p.partition_index, "error_code": code})
         topics.append({"name": t.name, "partitions": parts})
     return {"topics": topics}
@@ -140,7 +140,7 @@ async def _group_offsets(svc: KafkaService, group: str, topics: Any) -> Fields:
                 if found is not None:
                     entry["committed_offset"] = found
             except BayouError as exc:
-                entry["error_code"] = _code(exc)
+                entry["error_code"] = code_of(exc)
             parts.append(entry)
         out.append({"name": t.name, "partitions": parts})
     return {"group_id": group, "topics": out}
@@ -203,7 +203,7 @@ async def describe_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
                 entry.update(group_state=g.state, members=[
                     {"member_id": mid, "client_id": mid, "client_host": ""} for mid, _seen, _p in g.members])
         except BayouError as exc:
-            entry["error_code"] = _code(exc)
+            entry["error_code"] = code_of(exc)
         out.append(entry)
     return {"groups": out}
 
@@ -222,7 +222,7 @@ async def delete_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
                 await svc.broker.delete_group(name)
                 svc.broker.classic_groups.delete(name)
         except BayouError as exc:
-            code = _code(exc)
+            code = code_of(exc)
         results.append({"group_id": name, "error_code": code})
     return {"results": results}
 
