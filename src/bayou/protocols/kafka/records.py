@@ -21,18 +21,19 @@ from bayou.errors import CorruptRecord, InvalidRecord
 from bayou.records.batch import (
     ATTR_FORMAT_MASK,
     ATTR_LOG_APPEND_TIME,
+    HEADER_SIZE,
     BatchHeader,
     Buffer,
     assemble_batch,
     decode_header,
     decode_records,
     iter_batches,
-    message_ids,
 )
+from bayou.records.compression import decompress
 from bayou.records.formats import FORMAT_RECORDS
 from bayou.records.iggy import FORMAT_IGGY, KIND_RAW, ORIGIN_TIMESTAMP, STRING_KEY_PREFIX
 from bayou.records.model import Record
-from bayou.records.v2 import encode_record
+from bayou.records.v2 import encode_record, has_message_ids, walk_v2
 
 ATTR_TRANSACTIONAL = 0x10  # Kafka's meaning of the bit bayou's log calls ATTR_SPARSE
 ATTR_CONTROL = 0x20
@@ -54,17 +55,24 @@ def check_produced(records: Buffer) -> BatchHeader:
         raise InvalidRecord(f"batch attributes 0x{h.attributes:04x}: bits 8-11 are not Kafka's")
     if h.record_count < 1:
         raise CorruptRecord("a batch without records")
-    if any(r.message_id is not None for r in decode_records(records)):  # every record parses
+    if walk_v2(_section(records, 0, h), h.record_count):  # every record parses, none carries an id
         raise InvalidRecord("record attributes other than 0")
     return h
 
 
 def as_stored(buf: Buffer, pos: int, h: BatchHeader) -> bool:
     """Whether a Kafka client reads the stored batch at ``pos`` as bayou does (see the module
-    docstring): then it is sent as stored."""
+    docstring): then it is sent as stored. Only each record's length and attribute byte are read
+    (a compressed batch is decompressed for it)."""
     if h.payload_format != FORMAT_RECORDS or h.sparse:
         return False
-    return not message_ids(buf, pos)
+    return not has_message_ids(_section(buf, pos, h), h.record_count)
+
+
+def _section(buf: Buffer, pos: int, h: BatchHeader) -> Buffer:
+    """The records section of the batch at ``pos``, decompressed (bounded, as every read is)."""
+    body = memoryview(buf)[pos + HEADER_SIZE:pos + h.size]
+    return body if not h.compression else decompress(h.compression, bytes(body))
 
 
 def plain_headers(headers: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]:
