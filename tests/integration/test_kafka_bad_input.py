@@ -201,3 +201,19 @@ async def test_a_long_poll_answers_at_its_max_wait(conn: KafkaConn) -> None:
                                 "partition_max_bytes": 1 << 20}]}])
     assert loop.time() - started >= 0.25
     assert resp.responses[0].partitions[0].records in (b"", None)
+
+
+async def test_a_group_with_members_of_another_protocol_is_not_deleted(broker: BrokerProcess,
+                                                                      conn: KafkaConn) -> None:
+    topic = name()
+    await create(conn, topic)
+    v1 = await LineConn.open(broker.port)
+    try:
+        assert "generation=" in await v1.ask(f"V1|1|JOIN|v1-group-{topic} {topic} m1")
+        resp = await conn.call(ApiKey.DELETE_GROUPS, groups_names=[f"v1-group-{topic}", "no-such-group"])
+        assert [r.error_code for r in resp.results] == [ErrorCode.non_empty_group,
+                                                        ErrorCode.group_id_not_found]
+        listed = await conn.call(ApiKey.LIST_GROUPS)
+        assert f"v1-group-{topic}" in {g.group_id for g in listed.groups}
+    finally:
+        await v1.close()

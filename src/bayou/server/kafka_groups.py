@@ -214,8 +214,8 @@ async def delete_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
     for name in body.groups_names:
         code = ErrorCode.none
         try:
-            if svc.broker.classic_groups.has_members(name):
-                code = ErrorCode.non_empty_group
+            if svc.broker.classic_groups.has_members(name) or svc.broker.group_members(name):
+                code = ErrorCode.non_empty_group  # a V1, Cursus or Iggy member counts too
             elif name not in known and not svc.broker.committed_offsets(name):
                 raise GroupNotFound(f"group {name} not found")
             else:
