@@ -12,7 +12,6 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -365,9 +364,3 @@ def test_aiokafka_producer_group_and_manual_commit(broker: BrokerProcess) -> Non
 
     asyncio.run(run())
 
-
-def test_the_kafka_listener_is_off_unless_asked(tmp_path: Path) -> None:
-    """Without --kafka only the V1 port speaks Kafka (the broker fixture turns --kafka on)."""
-    from bayou.server.app import ServerConfig
-
-    assert ServerConfig().listeners["kafka"] is None

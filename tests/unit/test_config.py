@@ -99,3 +99,13 @@ def test_serve_refuses_without_a_traceback(tmp_path: Path, text: bytes) -> None:
     assert "Traceback" not in proc.stderr
     assert str(path) in proc.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_the_kafka_listener_is_off_unless_configured(tmp_path: Path) -> None:
+    """Kafka clients use the V1 port (first-byte sniff); a Kafka-only listener is opt-in."""
+    assert load_config(None).listeners["kafka"] is None
+    path = tmp_path / "bayou.toml"
+    path.write_text('[listeners]\nkafka = "0.0.0.0:19092"\n')
+    assert load_config(path).listeners["kafka"] == ("0.0.0.0", 19092)
+    assert load_config(path, listeners={"kafka": "off"}).listeners["kafka"] is None
+    assert load_config(None, listeners={"kafka": "29092"}).listeners["kafka"] == ("127.0.0.1", 29092)
