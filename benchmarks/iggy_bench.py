@@ -188,6 +188,7 @@ def _broker_only(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
         broker = Broker(BrokerConfig(data_dir=data_dir, log=LogConfig(fsync=FsyncPolicy.parse("never"))))
         await broker.start()
         svc = IggyService(broker, port=0)
+        svc.serve_authorizer()  # the Iggy users are the broker's principals (as server/app.py does)
         await svc.start()
 
         class _W:

@@ -72,7 +72,7 @@ from bayou.server.app import (
     SecurityOptions,
     ServerConfig,
 )
-from bayou.server.iggy_users import UserStoreError, check_root_credentials
+from bayou.server.iggy.users import UserStoreError, check_root_credentials
 from bayou.server.tls import TlsOptions
 from bayou.storage.config import FsyncPolicy, LogConfig
 

@@ -469,12 +469,12 @@ class CursusAdapter(Adapter):
 
 # -- Apache Iggy, binary transport (iggy.md) ------------------------------------------------------
 
-DEFAULT_STREAM = "default"  # its topics are the bayou topics of the same name (server/iggy.py)
+DEFAULT_STREAM = "default"  # its topics are the bayou topics of the same name (server/iggy/catalog.py)
 
 
 class IggyAdapter(Adapter):
     """apache-iggy 0.9's framing (iggy.md C), logged in as root. A record key travels as the
-    ``bayou.key`` user header, bayou's documented extension (server/iggy.py); the topics of the
+    ``bayou.key`` user header, bayou's documented extension (server/iggy/); the topics of the
     ``default`` stream are bayou's topics. An Iggy consumer group ``g`` of topic ``t`` is the
     broker group ``iggy.t.g``; its stored offset is the last consumed one (next - 1)."""
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bayou.protocols.iggy import messages as m
-from bayou.server.iggy_catalog import DEFAULT_STREAM_NAME
+from bayou.server.iggy.catalog import DEFAULT_STREAM_NAME
 from support.brokers import BrokerProcess
 from support.iggy import Closed, LegacyConn, legacy_login, poll, send
 

@@ -24,9 +24,9 @@ from bayou.broker import Broker, BrokerConfig
 from bayou.protocols.cursus.batch import decode_head, decode_messages
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codes import Status
-from bayou.server import iggy as iggy_server
 from bayou.server.app import BayouServer, IggyOptions, ServerConfig
-from bayou.server.iggy_catalog import DEFAULT_STREAM_ID, DEFAULT_STREAM_NAME
+from bayou.server.iggy import produce as iggy_produce
+from bayou.server.iggy.catalog import DEFAULT_STREAM_ID, DEFAULT_STREAM_NAME
 from support.brokers import LineConn
 from support.cursus import FrameConn, envelope
 from support.iggy import LegacyConn, VsrConn, ident, legacy_login, poll, send, vsr_login
@@ -335,14 +335,14 @@ async def dedup_topic(conn: LegacyConn, name: str, on: bool = True, partitions: 
 @pytest.mark.parametrize("path", ["legacy-fast", "legacy-decoded", "vsr", "messages-key"])
 async def test_replayed_ids_are_stored_once(env: Env, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fast: list[bool] = []
-    real = iggy_server.legacy_send_frames
+    real = iggy_produce.legacy_send_frames
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         out = real(*args, **kwargs)
         fast.append(out is not None)
         return out
 
-    monkeypatch.setattr(iggy_server, "legacy_send_frames", spy)
+    monkeypatch.setattr(iggy_produce, "legacy_send_frames", spy)
     conn = await env.legacy()
     await dedup_topic(conn, "once")
     v = await env.vsr()

@@ -25,7 +25,7 @@ import xxhash
 from bayou.client.rtes import RtesClient
 from bayou.protocols.cursus.batch import decode_head, decode_messages, encode_batch, encode_messages
 from bayou.records.cursus import CursusMessage
-from bayou.server.iggy_catalog import DEFAULT_STREAM_ID, DEFAULT_STREAM_NAME
+from bayou.server.iggy.catalog import DEFAULT_STREAM_ID, DEFAULT_STREAM_NAME
 from support.brokers import BrokerProcess
 from support.cursus import FrameConn, envelope
 from support.iggy_sdk import Msg, messages, run, start_broker

@@ -46,6 +46,15 @@ def v1(port: int, line: str, timeout: float = 10.0) -> str:
         return ""
 
 
+def ready(broker: BrokerProcess) -> bool:
+    """Whether the broker has logged "bayou ready": its start-up work done, which is when /ready
+    turns 200 (read from the log, so that a test with TLS on the HTTP port needs no certificate)."""
+    try:
+        return '"msg": "bayou ready"' in broker.log_path.read_text(errors="replace")
+    except OSError:
+        return False
+
+
 class Cluster:
     """Brokers 1..n joined to one ZooKeeper chroot; a killed broker restarts on its own ports and data."""
 
@@ -77,6 +86,10 @@ class Cluster:
                 self.brokers[i].start(timeout=60)
         self.kazoo.start(timeout=20)
         self.wait(lambda: len(self.live()) == len(self.brokers), 60, "every broker registered")
+        # and every broker's start-up work done (ready): some holds a cluster-wide lock (the Iggy
+        # catalog's), which a broker a test then pauses would keep for its whole ZooKeeper session
+        for i, b in self.brokers.items():
+            self.wait(lambda b=b: ready(b), 60, f"broker {i} ready")
         return self
 
     def live(self) -> list[int]:

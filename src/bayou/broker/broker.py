@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from bayou.broker.authz import Action, Authorizer, current_principal
 from bayou.broker.background import run_forever
+from bayou.broker.cluster.state import MEMBER_BROKER_SHIFT, connection_member_base
+from bayou.broker.coordination import Cluster, LocalMetadataStore, MetadataStore, ReplicaState
 from bayou.broker.groups.classic import ClassicGroups
 from bayou.broker.groups.coordinator import (
     CURSUS_POLICY,
@@ -35,9 +35,20 @@ from bayou.broker.idempotence import (
     rebuild,
 )
 from bayou.broker.metadata import ClusterMetadata
+from bayou.broker.model import (
+    Acks,
+    FetchResult,
+    PartitionInfo,
+    ProduceResult,
+    ReplicaReport,
+    Topic,
+    TopicInfo,
+)
 from bayou.broker.partition import FOLLOWER, LEADER, Partition
 from bayou.broker.persist import StateFile
+from bayou.broker.replication import SINGLE_NODE
 from bayou.broker.settings import BrokerConfig
+from bayou.broker.views import Endpoint, LogTotals, SharedDocuments
 from bayou.errors import (
     BayouError,
     BrokerShuttingDown,
@@ -71,9 +82,6 @@ from bayou.storage.config import TOPIC_CONFIG_KEYS
 from bayou.storage.handles import default_capacity, raise_fd_limit
 from bayou.storage.log import AppendInfo
 from bayou.storage.scrub import Scrubber
-
-if TYPE_CHECKING:
-    from bayou.broker.cluster.node import ClusterNode
 
 log = logging.getLogger("bayou.broker")
 T = TypeVar("T")
@@ -127,65 +135,6 @@ def _split_topic_config(config: dict[str, str]) -> tuple[dict[str, str], dict[st
     return broker, log_keys
 
 
-class Acks(enum.IntEnum):
-    NONE = 0
-    LEADER = 1
-    ALL = -1
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceResult:
-    partition: int
-    base_offset: int
-    last_offset: int
-    high_watermark: int  # exclusive
-    log_start_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    data: bytes  # whole batches; the first may start before the requested offset
-    record_count: int
-    next_offset: int
-    high_watermark: int  # exclusive
-    log_start_offset: int
-    log_end_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    partition: int
-    role: str
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
-    size_bytes: int
-    segments: int
-    offline: str | None = None  # why the partition is quarantined (damaged data), if it is
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    name: str
-    partitions: tuple[PartitionInfo, ...]
-    config: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaReport:
-    acked_offset: int
-    high_watermark: int  # inclusive, -1 when empty
-    isr: tuple[int, ...]
-    under_replicated: bool
-
-
-@dataclass(slots=True)
-class Topic:
-    meta: TopicMeta
-    log_config: LogConfig
-    partitions: list[Partition] = field(default_factory=list)
-
-
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -213,9 +162,12 @@ class Broker:
         self._scrubber: Scrubber | None = None
         self._scrub_pool: ThreadPoolExecutor | None = None
         self.recovery = Recovery()  # the start-up load's progress (/metrics, /ready)
-        # Cluster mode (broker/cluster/node.py sets it): topics are created and deleted through
-        # ZooKeeper, and partitions follow the leaders the cluster elects.
-        self.cluster: ClusterNode | None = None
+        # Where topic changes are decided (broker/coordination.py): this broker's files, or in
+        # cluster mode ZooKeeper (broker/cluster/node.py sets both when it is built, before the
+        # first request): partitions then follow the leaders the cluster elects.
+        self.metadata_store: MetadataStore = LocalMetadataStore(self)
+        self.replica_state: ReplicaState = SINGLE_NODE
+        self.cluster: Cluster | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -388,33 +340,42 @@ class Broker:
             return self.config.replication_factor
 
     async def create_topic(self, name: str, partitions: int | None = None,
-                           config: dict[str, str] | None = None, *, exist_ok: bool = False,
-                           from_cluster: bool = False) -> Topic:
-        """Create ``name``. In cluster mode the topic is created in ZooKeeper (replicas assigned
-        over the live brokers) and every broker, this one included, opens its partitions when it
-        sees it; ``from_cluster`` is that local step."""
-        if not from_cluster:
-            self.authorize("manage_topics", name)
+                           config: dict[str, str] | None = None, *, exist_ok: bool = False) -> Topic:
+        """Create ``name`` through the metadata store. In cluster mode the topic is created in
+        ZooKeeper (replicas assigned over the live brokers) and every broker, this one included,
+        opens its partitions when it sees it (``open_topic``)."""
+        self.authorize("manage_topics", name)
+        n, overrides, _log_cfg = self._topic_spec(name, partitions, config)
+        if not (exist_ok and name in self.topics):
+            self._check_partition_limit(n)
+        # In cluster mode ZooKeeper decides whether it exists (exist_ok: the copy returned is
+        # ZooKeeper's incarnation): a local copy may be of a topic just deleted through another broker
+        return await self.metadata_store.create_topic(name, n, overrides, exist_ok=exist_ok)
+
+    def _topic_spec(self, name: str, partitions: int | None,
+                    config: dict[str, str] | None) -> tuple[int, dict[str, str], LogConfig]:
+        """(partitions, validated overrides, log config) of a topic to create."""
         validate_topic_name(name)
         n = self.config.default_partitions if partitions is None else partitions
         if not 1 <= n <= MAX_PARTITIONS:
             raise InvalidPartitions(f"partitions must be between 1 and {MAX_PARTITIONS}")
         broker_keys, log_keys = _split_topic_config(dict(config or {}))
         log_cfg = apply_overrides(self.config.log, log_keys)
-        overrides = {**log_keys, **broker_keys}
-        if not from_cluster and not (exist_ok and name in self.topics):
-            self._check_partition_limit(n)
-        if self.cluster is not None and not from_cluster:
-            # ZooKeeper decides whether it exists (exist_ok: the copy returned is ZooKeeper's
-            # incarnation): a local copy may be of a topic just deleted through another broker
-            return await self.cluster.create_topic(name, n, overrides, exist_ok=exist_ok)
+        return n, {**log_keys, **broker_keys}, log_cfg
+
+    async def open_topic(self, name: str, partitions: int, config: dict[str, str], *,
+                         exist_ok: bool = False, limited: bool = False) -> Topic:
+        """Make the local copy of ``name``: where a single node's ``create_topic`` ends, and what
+        the cluster's reconciler does for each topic ZooKeeper has (not ``limited`` by
+        max_partitions then: the cluster decided)."""
+        n, overrides, log_cfg = self._topic_spec(name, partitions, config)
         async with self._admin_lock:
             existing = self.topics.get(name)
             if existing is not None:
                 if exist_ok:
                     return existing
                 raise TopicAlreadyExists(f"topic {name} already exists")
-            if not from_cluster:  # again under the lock: a concurrent create may have filled it
+            if limited:  # again under the lock: a concurrent create may have filled it
                 self._check_partition_limit(n)
             meta = TopicMeta(name, n, overrides)
             loop = asyncio.get_running_loop()
@@ -441,7 +402,7 @@ class Broker:
             self.store.write_topic(meta)
             for p in range(meta.partitions):
                 part = Partition(meta.name, p, self.store.open_log(meta.name, p, cfg), self.config)
-                part.in_cluster = self.cluster is not None
+                part.replica_state = self.replica_state
                 topic.partitions.append(part)
         except OSError as exc:  # a full disk: undo what was made, answer an error
             self._close_partitions(topic.partitions)
@@ -532,13 +493,14 @@ class Broker:
         )
         return TopicInfo(name, parts, dict(t.meta.config))
 
-    async def delete_topic(self, name: str, *, from_cluster: bool = False) -> None:
-        if not from_cluster:
-            self.authorize("manage_topics", name)
-        if self.cluster is not None and not from_cluster:
-            self.topic(name)
-            await self.cluster.delete_topic(name)
-            return
+    async def delete_topic(self, name: str) -> None:
+        self.authorize("manage_topics", name)
+        self.topic(name)
+        await self.metadata_store.delete_topic(name)
+
+    async def drop_topic(self, name: str) -> None:
+        """Delete the local copy of ``name`` (a single node's ``delete_topic``, or the cluster's
+        reconciler following ZooKeeper)."""
         async with self._admin_lock:
             topic = self.topic(name)
             del self.topics[name]
@@ -564,20 +526,20 @@ class Broker:
         for part in parts:
             part.log.close()
 
-    async def add_partitions(self, name: str, total: int, *, from_cluster: bool = False) -> Topic:
+    async def add_partitions(self, name: str, total: int) -> Topic:
         """Grow a topic to ``total`` partitions (cluster mode: in ZooKeeper, which every broker
         then follows)."""
-        if not from_cluster:
-            self.authorize("manage_topics", name)
+        self.authorize("manage_topics", name)
         topic = self.topic(name)
+        self._check_new_total(name, topic, total)
+        self._check_partition_limit(total - len(topic.partitions))
+        return await self.metadata_store.add_partitions(name, total)
+
+    @staticmethod
+    def _check_new_total(name: str, topic: Topic, total: int) -> None:
         if total <= len(topic.partitions) or total > MAX_PARTITIONS:
             raise InvalidPartitions(
                 f"topic {name} has {len(topic.partitions)} partitions; the new count must be larger")
-        if not from_cluster:
-            self._check_partition_limit(total - len(topic.partitions))
-        if self.cluster is not None and not from_cluster:
-            return await self.cluster.add_partitions(name, total)
-        return await self._add_partitions(name, total, from_cluster)
 
     async def grow_partitions(self, name: str, more: int) -> Topic:
         """Add ``more`` partitions (Iggy CREATE_PARTITIONS); cluster mode counts from ZooKeeper's
@@ -587,19 +549,22 @@ class Broker:
         if more < 1 or have + more > MAX_PARTITIONS:
             raise InvalidPartitions(f"cannot add {more} partitions to the {have} of topic {name}")
         self._check_partition_limit(more)
-        if self.cluster is not None:
-            return await self.cluster.add_partitions(name, None, more)
-        return await self._add_partitions(name, have + more, False)
+        return await self.metadata_store.add_partitions(name, None, more)
 
-    async def _add_partitions(self, name: str, total: int, from_cluster: bool) -> Topic:
+    async def grow_topic(self, name: str, total: int, *, limited: bool = False) -> Topic:
+        """Grow the local copy of ``name`` to ``total`` partitions: a single node's
+        ``add_partitions`` (``limited``: checked against max_partitions and the count in place),
+        or the cluster's reconciler following ZooKeeper (a count already reached is no error)."""
+        if not limited:
+            self._check_new_total(name, self.topic(name), total)
         async with self._admin_lock:
             topic = self.topic(name)
             have = len(topic.partitions)
             if total <= have:  # another change got there first
-                if from_cluster:
+                if not limited:
                     return topic
                 raise InvalidPartitions(f"topic {name} has {have} partitions; the new count must be larger")
-            if not from_cluster:
+            if limited:
                 self._check_partition_limit(total - have)
             loop = asyncio.get_running_loop()
 
@@ -607,7 +572,7 @@ class Broker:
                 new = [Partition(name, p, self.store.open_log(name, p, topic.log_config), self.config)
                        for p in range(have, total)]
                 for part in new:
-                    part.in_cluster = self.cluster is not None
+                    part.replica_state = self.replica_state
                 topic.meta.partitions = total
                 self.store.write_topic(topic.meta)
                 return new
@@ -616,7 +581,7 @@ class Broker:
             self.metadata.add_topic(name, total, self._topic_rf(topic.meta))
             return topic
 
-    async def remove_partitions(self, name: str, count: int, *, from_cluster: bool = False) -> Topic:
+    async def remove_partitions(self, name: str, count: int) -> Topic:
         """Remove the last ``count`` partitions (Iggy DELETE_PARTITIONS); at least one must stay.
 
         Their data, committed offsets and group assignments go; long-polls on them end with
@@ -624,14 +589,16 @@ class Broker:
         between leaves directories that the next start removes. Cluster mode: in ZooKeeper,
         which every broker then follows.
         """
-        if not from_cluster:
-            self.authorize("manage_topics", name)
+        self.authorize("manage_topics", name)
         have = len(self.topic(name).partitions)
         if not 1 <= count < have:
             raise InvalidPartitions(
                 f"topic {name} has {have} partitions: can remove 1 to {have - 1}, not {count}")
-        if self.cluster is not None and not from_cluster:
-            return await self.cluster.remove_partitions(name, count)
+        return await self.metadata_store.remove_partitions(name, count)
+
+    async def shrink_topic(self, name: str, count: int) -> Topic:
+        """Remove the last ``count`` partitions of the local copy of ``name`` (a single node's
+        ``remove_partitions``, or the cluster's reconciler following ZooKeeper)."""
         async with self._admin_lock:
             topic = self.topic(name)
             have = len(topic.partitions)
@@ -749,14 +716,14 @@ class Broker:
     async def _await_leadership(self, part: Partition) -> None:
         """Cluster mode, a produce to a partition this broker does not lead by its local state:
         if ZooKeeper already names it leader, wait (briefly) for the state to arrive rather than
-        send the client back to the old leader (ClusterNode.await_leadership)."""
+        send the client back to the old leader (Cluster.await_leadership)."""
         if self.cluster is not None and (part.cluster is None or not part.cluster.is_leader):
             await self.cluster.await_leadership(part.topic, part.index)
 
     def _check_leader(self, part: Partition) -> None:
-        if self.cluster is not None or part.in_cluster:
+        if self.cluster is not None:
             if part.cluster is None or not part.cluster.is_leader:
-                raise NotLeader(leader=self.cluster.leader_of(part) if self.cluster else None)
+                raise NotLeader(leader=self.cluster.leader_of(part))
             return
         meta = self.metadata.partitions.get((part.topic, part.index))
         if part.role != LEADER or (meta is not None and meta.leader != self.config.broker_id):
@@ -1522,6 +1489,54 @@ class Broker:
         """The partitions assigned to the member in the current generation."""
         g = self.groups.groups.get(group)
         return list(g.assignments.get(member, [])) if g is not None else []
+
+    def topic_exists(self, name: str) -> bool:
+        """Whether this broker holds the topic now (no wait for one made elsewhere: ``has_topic``)."""
+        return name in self.topics
+
+    def log_totals(self) -> LogTotals:
+        """Partitions, bytes, segments and readable messages over this broker's replicas."""
+        parts = [p for t in self.topics.values() for p in t.partitions]
+        return LogTotals(len(parts), sum(p.log.size_bytes for p in parts),
+                         sum(len(p.log.segments) for p in parts),
+                         sum(p.high_watermark - p.log.log_start_offset for p in parts))
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the broker runs in a cluster (its topics and groups kept in ZooKeeper)."""
+        return self.cluster is not None
+
+    def shared_documents(self) -> SharedDocuments | None:
+        """The documents and locks every broker of the cluster shares (the Iggy catalog and
+        users); None when standalone."""
+        return self.cluster
+
+    def connection_ids(self) -> range | None:
+        """The connection-bound member ids this broker hands out in a cluster: they carry its
+        broker id, so that the cluster can drop the members of a dead or restarted broker
+        (broker/cluster/controller.py, ``reap_members``). None when standalone: any id."""
+        if self.cluster is None:
+            return None
+        base = connection_member_base(self.config.broker_id)
+        return range(base + 1, base + (1 << MEMBER_BROKER_SHIFT))
+
+    def listener_endpoints(self, listener: str) -> list[Endpoint] | None:
+        """Every live broker with a ``listener`` (a protocol's name), by broker id, and which one
+        is the controller; None when standalone."""
+        cluster = self.cluster
+        if cluster is None:
+            return None
+        controller = cluster.snapshot.controller if cluster.snapshot is not None else None
+        return [Endpoint(b, reg.host, reg.endpoints[listener], b == controller)
+                for b, reg in sorted(cluster.live_brokers().items()) if listener in reg.endpoints]
+
+    async def fetch_at_leader(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
+        """A consumer's read at the partition's leader, for a broker holding no replica of it
+        (cluster mode): batches from ``offset`` below the leader's high watermark, with that
+        watermark and the log start (``max_bytes`` 0: only those two). NotLeader standalone."""
+        if self.cluster is None:
+            raise NotLeader(f"this broker holds no replica of {topic}/{partition}")
+        return await self.cluster.consumer_fetch(topic, partition, offset, max_bytes)
 
     # -- background work -----------------------------------------------------------------------
 

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import TYPE_CHECKING
 
-from bayou.broker.cluster.replicaset import ReplicaSet
 from bayou.broker.idempotence import DedupTable, ProducerTable, Rebuilt
-from bayou.broker.replication import ReplicaTracker
+from bayou.broker.replication import SINGLE_NODE, ReplicaTracker
 from bayou.broker.settings import BrokerConfig
 from bayou.storage.epochs import LeaderEpochCache
 from bayou.storage.log import PartitionLog
+
+if TYPE_CHECKING:
+    from bayou.broker.cluster.replicaset import ReplicaSet
+    from bayou.broker.coordination import ReplicaState
 
 LEADER = "leader"
 FOLLOWER = "follower"
@@ -35,7 +39,10 @@ class Partition:
         # single node, where ``replicas`` above holds the V1 protocol's reported followers).
         self.cluster: ReplicaSet | None = None
         self.epochs: LeaderEpochCache | None = None
-        self.in_cluster = False  # cluster mode: until ``cluster`` is known, lead nothing, show nothing
+        # Who decides the high watermark (broker/coordination.py): the V1 reports in ``replicas``
+        # on a single node; in cluster mode the ISR in ``cluster`` (until that is known, nothing
+        # is led and nothing shown). The broker's choice, made once at start.
+        self.replica_state: ReplicaState = SINGLE_NODE
         self.replica_lock = threading.Lock()  # state switches vs. a fetcher's appends in a worker thread
         # Client traffic, summed per topic by /metrics at scrape time (replica copies not counted).
         self.bytes_in = 0
@@ -55,14 +62,12 @@ class Partition:
         Under fsync=always only records already on disk count, so nothing a crash can take back is
         ever served.
         """
-        if self.cluster is not None:
-            hw = min(self.cluster.hw, self.log.next_offset)
-        elif self.in_cluster:
-            return self.log.log_start_offset
-        else:
-            hw = self.replicas.high_watermark(self.leader_last) + 1
+        return self.replica_state.high_watermark(self)
+
+    def durable_cap(self, hw: int) -> int:
+        """``hw``, but under fsync=always no further than what is on disk."""
         if self.log.config.fsync.mode == "always":
-            hw = min(hw, self.log.durable_offset)
+            return min(hw, self.log.durable_offset)
         return hw
 
     @property

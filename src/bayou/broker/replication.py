@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bayou.broker.partition import Partition
 
 
 def mono_ms() -> float:
@@ -60,3 +64,15 @@ class ReplicaTracker:
 
     def acks_all_satisfied(self, offset: int, leader_last: int) -> bool:
         return self.high_watermark(leader_last) >= offset and len(self.isr(leader_last)) >= self.min_isr
+
+
+class SingleNodeReplicas:
+    """A single node's ``ReplicaState`` (broker/coordination.py): the high watermark is what the
+    in-sync followers reported (``ReplicaTracker``), one past it."""
+
+    @staticmethod
+    def high_watermark(part: Partition) -> int:
+        return part.durable_cap(part.replicas.high_watermark(part.leader_last) + 1)
+
+
+SINGLE_NODE = SingleNodeReplicas()

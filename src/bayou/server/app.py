@@ -20,7 +20,7 @@ from bayou.protocols.kafka.framing import Sniffed, sniff
 from bayou.server.base import Admission, Connection, ConnectionLimits, Listener
 from bayou.server.cursus import Advertised, CursusService, cursus_handler
 from bayou.server.iggy import IggyService, iggy_handler
-from bayou.server.iggy_users import AuthFailure
+from bayou.server.iggy.users import AuthFailure
 from bayou.server.kafka import Advertised as KafkaAdvertised
 from bayou.server.kafka import KafkaService, kafka_handler
 from bayou.server.metering import RequestMeter
@@ -295,11 +295,14 @@ class BayouServer:
             # cluster mode from the first request on: lead nothing until ZooKeeper says so
             from bayou.broker.cluster.node import ClusterNode
             from bayou.broker.cluster.state import BrokerRegistration
+            from bayou.server.replica_client import ReplicaClient
 
+            dialer = ReplicaClient(self.broker.config.broker_id, self.config.cluster.secret,
+                                   self.config.replication_client_context())
             self.cluster = ClusterNode(self.broker, self.config.cluster.zookeeper, BrokerRegistration(0, ""),
+                                       dialer, secret=self.config.cluster.secret,
                                        session_timeout_s=self.config.cluster.session_timeout_ms / 1000,
-                                       secret=self.config.cluster.secret, zk_auth=self.config.cluster.zk_auth,
-                                       tls=self.config.replication_client_context())
+                                       zk_auth=self.config.cluster.zk_auth)
         try:
             for name, addr in self.config.listeners.items():
                 if addr is not None and name not in self.listeners:
@@ -309,6 +312,7 @@ class BayouServer:
         except BaseException:
             await self.stop()
             raise
+        await self._start_iggy()
         self._warn_exposed()
         log.info("anonymous access: %s", self.config.security.anonymous,
                  extra={"anonymous": self.config.security.anonymous})
@@ -336,6 +340,20 @@ class BayouServer:
                                                _advertised_ip(self.config.advertised_host), endpoints)
         node.zk.registration = node.registration
         await node.start()
+
+    async def _start_iggy(self) -> None:
+        """Load the Iggy catalog and users (in cluster mode: take the cluster's copies, under the
+        cluster-wide lock) before the broker says it is ready, not on the first Iggy connection:
+        start-up work that holds a cluster lock belongs to start-up, where /ready waits for it.
+        A failure (ZooKeeper slow, a full disk) does not stop the broker: the first Iggy
+        connection tries again (IggyService.start), as it did before."""
+        if self.iggy is None:
+            return
+        try:
+            await self.iggy.start()
+        except Exception as exc:  # retried by the first connection
+            log.warning("the Iggy service did not start yet; the first Iggy connection retries",
+                        extra={"error": str(exc)})
 
     def _warn_exposed(self) -> None:
         """A listener other hosts can reach that lets anyone in: say so at start."""

@@ -52,7 +52,7 @@ from bayou.records.formats import kafka_producer
 from bayou.server import kafka_admin, kafka_groups
 from bayou.server.base import Connection, Listener
 from bayou.server.frames import serve_frames
-from bayou.server.iggy_users import AuthFailure
+from bayou.server.iggy.users import AuthFailure
 from bayou.server.kafka_context import (
     ALL_OPERATIONS_OMITTED,
     CLUSTER_ID,
@@ -223,7 +223,7 @@ async def produce(svc: KafkaService, req: Request, body: Any) -> Fields | None:
         return {"responses": responses}
     try:
         acks = Acks(body.acks)
-        if acks == Acks.ALL and svc.broker.cluster is None:
+        if acks == Acks.ALL and not svc.broker.clustered:
             # the in-sync replicas Metadata names are this broker alone (V1's standalone
             # replicas, which acks=all of V1 waits for, are not Kafka's ISR)
             acks = Acks.LEADER

@@ -34,7 +34,7 @@ SET, DELETE = 0, 1  # IncrementalAlterConfigs operations (APPEND 2 and SUBTRACT 
 
 
 def _replication_ok(svc: KafkaService, factor: int) -> bool:
-    return factor in (-1, 1) or svc.broker.cluster is not None
+    return factor in (-1, 1) or svc.broker.clustered
 
 
 async def create_topics(svc: KafkaService, req: Request, body: Any) -> Fields:

@@ -28,7 +28,7 @@ GROUP_OPERATIONS = sum(1 << b for b in (3, 6, 8))
 
 Login = Callable[[str, str, str], Awaitable[Principal]]
 """(peer address, user name, password) -> the principal of those credentials; raises
-``AuthFailure`` (the broker's users: server/iggy_users.py, as the HTTP port's Basic login)."""
+``AuthFailure`` (the broker's users: server/iggy/users.py, as the HTTP port's Basic login)."""
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
-"""The replication listener (cluster mode): followers' FETCH requests, answered by the broker's
-``ClusterNode`` with the partition's stored batches, and PRODUCE requests other brokers forward to
-this partition leader (protocols/replica/codec.py)."""
+"""The replication listener (cluster mode): followers' FETCH requests, answered by the cluster
+node's leader side with the partition's stored batches, and PRODUCE requests other brokers forward
+to this partition leader (protocols/replica/codec.py; the client side is server/replica_client.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from bayou.broker.authz import SYSTEM, Caller, bind_caller
-from bayou.broker.cluster.node import ClusterNode
+from bayou.broker.cluster.transport import FetchAnswer, FetchRequest, ProduceAnswer, ProduceRequest
 from bayou.protocols.replica.codec import (
     AUTH_FRAME_MAX,
     MAX_FRAME,
@@ -25,7 +26,15 @@ from bayou.protocols.replica.codec import (
     decode,
     encode,
 )
+from bayou.protocols.replica.framing import FrameReader
 from bayou.server.base import Connection, Listener
+from bayou.server.frames import serve_frames
+from bayou.server.replica_client import (
+    fetch_answer_to_wire,
+    fetch_from_wire,
+    produce_answer_to_wire,
+    produce_from_wire,
+)
 
 log = logging.getLogger("bayou.replica")
 AUTH_TIMEOUT_S = 10.0
@@ -76,7 +85,17 @@ async def _authenticate(conn: Connection, buf: bytearray, secret: str) -> bool:
     return ok
 
 
-def replica_handler(node: ClusterNode) -> Callable[[Connection, Listener], Awaitable[None]]:
+class LeaderSide(Protocol):
+    """What the listener calls: the cluster node's leader side (broker/cluster/leader.py)."""
+
+    secret: str | None
+
+    async def serve_fetch(self, req: FetchRequest) -> FetchAnswer: ...
+
+    async def serve_produce(self, req: ProduceRequest) -> ProduceAnswer: ...
+
+
+def replica_handler(node: LeaderSide) -> Callable[[Connection, Listener], Awaitable[None]]:
     async def serve(conn: Connection, listener: Listener) -> None:
         buf = bytearray()
         if node.secret is not None and not await _authenticate(conn, buf, node.secret):
@@ -85,25 +104,19 @@ def replica_handler(node: ClusterNode) -> Callable[[Connection, Listener], Await
         # forwarded produces are bayou's own work; the broker that took the client's produce
         # checked that client's principal before forwarding it.
         bind_caller(Caller(SYSTEM))
-        cap = listener.limits.frame_cap(MAX_FRAME)
-        while not listener.draining:
-            try:
-                msg = await _next_frame(conn, buf, cap)
-            except ReplicaProtocolError as exc:
-                log.info("closing replication connection: %s", exc, extra={"peer": conn.peer})
-                return
-            if msg is None:
-                return
-            if not isinstance(msg, Fetch | Produce):
-                log.info("closing replication connection: unexpected %s", type(msg).__name__)
-                return
-            conn.busy += 1
-            try:
-                reply = (await node.serve_fetch(msg) if isinstance(msg, Fetch)
-                         else await node.serve_produce(msg))
-            finally:
-                conn.busy -= 1
-            conn.writer.write(encode(reply))
-            await conn.writer.drain()
+
+        async def handle(msg: Message) -> bytes:
+            if isinstance(msg, Fetch):
+                return encode(fetch_answer_to_wire(await node.serve_fetch(fetch_from_wire(msg))))
+            if isinstance(msg, Produce):
+                return encode(produce_answer_to_wire(await node.serve_produce(produce_from_wire(msg))))
+            raise ReplicaProtocolError(f"unexpected {type(msg).__name__}")
+
+        async def refuse(exc: ReplicaProtocolError) -> None:
+            log.info("closing replication connection: %s", exc, extra={"peer": conn.peer})
+
+        # what came after the AUTH frame in the same read is the first of the stream
+        await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_FRAME)), handle,
+                           error=ReplicaProtocolError, refuse=refuse, first=bytes(buf))
 
     return serve

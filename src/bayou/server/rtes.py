@@ -50,7 +50,6 @@ from bayou.server.base import Connection, Listener
 from bayou.server.frames import serve_frames
 from bayou.server.metering import UNKNOWN, RequestMeter
 from bayou.server.workers import decode_stored
-from bayou.storage import validate_topic_name
 
 log = logging.getLogger("bayou.rtes")
 
@@ -171,7 +170,7 @@ class RtesService:
         return self.broker.partition_count(topic)
 
     async def produce(self, r: m.Produce) -> str:
-        validate_topic_name(r.topic)
+        self.broker.check_topic_name(r.topic)
         p = fnv1a_32(r.key) % await self._partitions(r.topic)
         batch = encode_batch([Record(r.value, r.key, int(time.time() * 1000))])
         res = await self.broker.produce(r.topic, p, batch, ACKS[r.acks])
@@ -207,7 +206,7 @@ class RtesService:
         return out, hw - 1
 
     async def consume(self, r: m.Consume) -> bytes:
-        validate_topic_name(r.topic)
+        self.broker.check_topic_name(r.topic)
         if not 0 <= r.partition < await self._partitions(r.topic):
             raise RtesError(Code.BAD_REQUEST, "invalid partition")
         if not await self.broker.has_topic(r.topic):
@@ -218,7 +217,7 @@ class RtesService:
     # -- groups --------------------------------------------------------------------------------
 
     async def join(self, r: m.Join) -> str:
-        validate_topic_name(r.topic)
+        self.broker.check_topic_name(r.topic)
         view = await self.broker.join_group(r.group, r.topic, r.consumer_id, r.assignor)
         return f"generation={view.generation} assigned={go_list(view.assignment)}"
 
@@ -246,7 +245,7 @@ class RtesService:
     # -- replication (single node: followers report progress) ----------------------------------
 
     async def replica_fetch(self, r: m.ReplicaFetch) -> str:
-        validate_topic_name(r.topic)
+        self.broker.check_topic_name(r.topic)
         try:
             rep = await self.broker.replica_progress(r.topic, r.partition, r.replica_id, r.offset)
         except NotLeader:
@@ -255,7 +254,7 @@ class RtesService:
                 f"isr={go_list(rep.isr)} under_replicated={go_bool(rep.under_replicated)}")
 
     async def set_partition_role(self, r: m.SetPartitionRole) -> str:
-        validate_topic_name(r.topic)
+        self.broker.check_topic_name(r.topic)
         try:
             part = await self.broker.set_partition_role(r.topic, r.partition, r.role)
         except (InvalidConfig, InvalidRequest) as exc:
@@ -275,7 +274,7 @@ class RtesService:
         return None
 
     async def broker_fetch(self, r: m.BrokerFetch) -> bytes:
-        validate_topic_name(r.topic)
+        self.broker.check_topic_name(r.topic)
         t = await self.broker.ensure_topic(r.topic)
         if not 0 <= r.partition < len(t.partitions):
             raise RtesError(Code.BAD_REQUEST, "invalid partition")
@@ -288,7 +287,7 @@ class RtesService:
         return head.encode() + encode_records(records)
 
     async def broker_replica_ack(self, r: m.BrokerReplicaAck) -> str:
-        validate_topic_name(r.topic)
+        self.broker.check_topic_name(r.topic)
         try:
             rep = await self.broker.replica_progress(r.topic, r.partition, r.follower_id, r.acked_offset)
         except NotLeader:
@@ -304,7 +303,7 @@ class RtesService:
         return f"term={md.term} index={md.index}"
 
     async def admin_create_topic(self, r: m.AdminCreateTopic) -> str:
-        validate_topic_name(r.topic)
+        self.broker.check_topic_name(r.topic)
         config = dict(r.config)
         if r.replication_factor != m.DEFAULT_REPLICATION_FACTOR:  # -1: the broker's default
             config["replication.factor"] = str(r.replication_factor)
@@ -312,7 +311,8 @@ class RtesService:
         topic = await self.broker.create_topic(r.topic, r.partitions, config, exist_ok=True)
         if len(topic.partitions) != r.partitions:
             raise TopicAlreadyExists(f"topic already exists: {r.topic} ({len(topic.partitions)} partitions)")
-        rf = (topic.meta.config.get("replication.factor", str(self.broker.config.replication_factor))
+        default_rf = str(self.broker.config.replication_factor)
+        rf = (self.broker.topic_config(r.topic).get("replication.factor", default_rf)
               if r.replication_factor == m.DEFAULT_REPLICATION_FACTOR else str(r.replication_factor))
         return f"topic={r.topic} partitions={r.partitions} replication_factor={rf} " + self._meta_tail()
 

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from bayou.broker import Broker, BrokerConfig
+from bayou.broker.cluster.state import (
+    MEMBER_BROKER_SHIFT,
+    BrokerRegistration,
+    connection_member_base,
+    member_broker,
+)
 from bayou.broker.groups.coordinator import CURSUS_POLICY
-from bayou.errors import InvalidTopicName, UnknownPartition, UnknownTopic
+from bayou.broker.views import Endpoint
+from bayou.errors import InvalidTopicName, NotLeader, UnknownPartition, UnknownTopic
 from bayou.records.batch import Record, encode_batch
 
 
@@ -58,3 +66,39 @@ async def test_group_lookups(tmp_path: Path) -> None:
         assert b.group_assignment("g", "other") == []
     finally:
         await b.stop()
+
+
+async def test_log_and_cluster_lookups_standalone(tmp_path: Path) -> None:
+    b = Broker(BrokerConfig(data_dir=tmp_path / "d"))
+    await b.start()
+    try:
+        await b.create_topic("t", 2)
+        assert b.topic_exists("t") and not b.topic_exists("none")
+        now = int(time.time() * 1000)
+        await b.produce("t", 0, encode_batch([Record(b"a", None, now), Record(b"b", None, now)]))
+        totals = b.log_totals()
+        assert (totals.partitions, totals.segments, totals.messages) == (2, 2, 2)
+        assert totals.size_bytes > 0
+        assert not b.clustered
+        assert b.shared_documents() is None and b.connection_ids() is None
+        assert b.listener_endpoints("iggy") is None
+        with pytest.raises(NotLeader):
+            await b.fetch_at_leader("t", 0, 0, 0)
+    finally:
+        await b.stop()
+
+
+def test_cluster_lookups(tmp_path: Path) -> None:
+    """In a cluster, connection ids carry the broker id, and the live brokers' listeners are the
+    cluster's (a stand-in node here: the real one is tested in tests/cluster)."""
+    b = Broker(BrokerConfig(data_dir=tmp_path / "d", broker_id=3))
+    regs = {2: BrokerRegistration(2, "h2", {"iggy": 8092}), 1: BrokerRegistration(1, "h1", {"iggy": 8091}),
+            4: BrokerRegistration(4, "h4", {"cursus": 9000})}
+    b.cluster = SimpleNamespace(snapshot=SimpleNamespace(controller=2),  # type: ignore[assignment]
+                                live_brokers=lambda: regs)
+    assert b.clustered
+    ids = b.connection_ids()
+    assert ids is not None and ids.start == connection_member_base(3) + 1
+    assert len(ids) == (1 << MEMBER_BROKER_SHIFT) - 1
+    assert all(member_broker(str(i)) == 3 for i in (ids[0], ids[-1]))
+    assert b.listener_endpoints("iggy") == [Endpoint(1, "h1", 8091, False), Endpoint(2, "h2", 8092, True)]

@@ -1,4 +1,4 @@
-"""The Iggy stream catalog over bayou's flat topic namespace (bayou.server.iggy_catalog): the bayou
+"""The Iggy stream catalog over bayou's flat topic namespace (bayou.server.iggy.catalog): the bayou
 topic names Iggy topics get, reconciliation with topics made or deleted by other protocols, the
 default stream, lowest-free ids, and the durable round trip."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bayou.server.iggy_catalog import (
+from bayou.server.iggy.catalog import (
     DEFAULT_STREAM_ID,
     DEFAULT_STREAM_NAME,
     MAX_TOPIC_NAME,

@@ -27,7 +27,7 @@ from bayou.broker.authz import (
 )
 from bayou.errors import Unauthorized
 from bayou.server.iggy import IggyService
-from bayou.server.iggy_users import hash_token
+from bayou.server.iggy.users import hash_token
 
 SENDER = Permissions(GlobalPermissions(send_messages=True))
 

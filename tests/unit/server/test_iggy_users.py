@@ -12,7 +12,7 @@ import pytest
 
 from bayou.broker import authz
 from bayou.protocols.iggy import messages as m
-from bayou.server.iggy_users import (
+from bayou.server.iggy.users import (
     AuthFailure,
     CannotChangeRootPermissions,
     CannotDeleteRoot,

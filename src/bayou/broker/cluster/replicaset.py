@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bayou.broker.partition import Partition
 
 
 @dataclass(slots=True)
@@ -80,3 +84,19 @@ class ReplicaSet:
                   and now - self.fetched_at.get(b, 0.0) <= lag_timeout_s):
                 out.append(b)
         return tuple(sorted(out, key=self.replicas.index))
+
+
+class ClusterReplicas:
+    """Cluster mode's ``ReplicaState`` (broker/coordination.py): the high watermark is the ISR's
+    (``ReplicaSet.hw``), capped by the local log end; a partition whose state has not arrived
+    from ZooKeeper yet shows nothing."""
+
+    @staticmethod
+    def high_watermark(part: Partition) -> int:
+        rs = part.cluster
+        if rs is None:
+            return part.log.log_start_offset
+        return part.durable_cap(min(rs.hw, part.log.next_offset))
+
+
+CLUSTER = ClusterReplicas()

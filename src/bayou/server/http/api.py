@@ -50,7 +50,7 @@ from bayou.errors import (
 )
 from bayou.protocols.iggy.framing import IggyError
 from bayou.server.http.auth import Access, error_body, guard, refusal
-from bayou.server.iggy_users import (
+from bayou.server.iggy.users import (
     AuthFailure,
     CannotChangeRootPermissions,
     CannotDeleteRoot,

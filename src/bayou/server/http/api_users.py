@@ -19,7 +19,7 @@ from aiohttp import web
 
 from bayou.broker import authz
 from bayou.server.http.api import PREFIX, BadInput, body_object, bool_field, endpoint, ok, str_field
-from bayou.server.iggy_users import User, UserNotFound
+from bayou.server.iggy.users import User, UserNotFound
 
 if TYPE_CHECKING:
     from bayou.server.app import BayouServer

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from aiohttp import web
 
 from bayou.broker.authz import Action, Principal, connection_principal
-from bayou.server.iggy_users import AuthFailure
+from bayou.server.iggy.users import AuthFailure
 
 if TYPE_CHECKING:
     from bayou.server.app import BayouServer

@@ -1,0 +1,183 @@
+"""Iggy's POLL_MESSAGES: the partition a poll reads, where it starts (offset, timestamp, first,
+last, next), and the messages it answers.
+
+What Iggy producers sent is stored as their frames and served back from the stored bytes (the
+``Stored`` pieces of ``broker.window``: V and L reply records cut from the stored frames); records
+produced through other protocols are converted once, when an Iggy client polls them. In cluster
+mode a broker holding no replica of the partition reads at its leader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bayou.broker.window import Stored, window
+from bayou.errors import NotLeader
+from bayou.protocols.iggy import messages as m
+from bayou.protocols.iggy.batches import POLL_PREFIX
+from bayou.protocols.iggy.codec import encode_reply
+from bayou.protocols.iggy.convert import micros, record_to_polled
+from bayou.protocols.iggy.framing import Dialect
+from bayou.protocols.iggy.stored import legacy_messages, legacy_messages_uniform, vsr_record
+from bayou.records.batch import HEADER_SIZE, BatchHeader, iter_batches
+from bayou.records.iggy import FORMAT_IGGY, append_time_us, frame_positions, frame_stride
+from bayou.records.model import Record
+from bayou.server.iggy.catalog import StreamEntry, TopicEntry
+from bayou.server.iggy.context import Context, Session
+from bayou.server.iggy.groups import GroupHandlers
+from bayou.server.workers import decode_stored
+
+POLL_MAX_BYTES = 64 * 1024 * 1024
+
+
+class FetchHandlers:
+    def __init__(self, ctx: Context, groups: GroupHandlers) -> None:
+        self.ctx = ctx
+        self.broker = ctx.broker
+        self.groups = groups  # a group consumer polls the partitions its group assigns it
+
+    async def _poll_partition(self, s: Session, stream: StreamEntry, topic: TopicEntry,
+                              req: m.PollMessages) -> int | None:
+        """The partition a poll reads, or None for "nothing to read" (a member without
+        partitions, or a V member naming a partition it no longer owns)."""
+        p = self.ctx.partition_in(s, req.partition_id)
+        if req.consumer.kind != m.ConsumerKind.GROUP:
+            p = 0 if p is None else p
+            self.ctx.check_partition(topic, p)
+            return p
+        group = self.ctx.group(topic, req.consumer.id)
+        owned = await self.groups.member_partitions(s, stream, topic, group)
+        if p is None:
+            if not owned:
+                return None
+            key = (stream.id, topic.id, group.id)
+            i = s.cursor.get(key, -1) + 1
+            s.cursor[key] = i
+            return owned[i % len(owned)]
+        self.ctx.check_partition(topic, p)
+        return p if p in owned else None
+
+    async def poll(self, s: Session, req: m.PollMessages) -> bytes | m.PolledMessages:
+        stream, topic = await self.ctx.resolve(req.stream, req.topic)
+        self.ctx.permit(s, "poll", stream.id, topic.id)
+        dialect = s.dialect or Dialect.LEGACY
+        p = await self._poll_partition(s, stream, topic, req)
+        if p is None:
+            pid = m.RESYNC_PARTITION if dialect is Dialect.VSR and req.partition_id is not None else 0
+            return POLL_PREFIX.pack(pid, 0, 0)
+        kind = req.strategy.kind
+        try:
+            self.broker.check_readable(topic.topic, p)
+            remote = False
+        except NotLeader:  # cluster mode, no replica here: read at the leader (not by timestamp)
+            if not self.broker.clustered or kind == m.PollingKind.TIMESTAMP:
+                raise
+            remote = True
+        if remote:
+            probe = await self.broker.fetch_at_leader(topic.topic, p, 0, 0)
+            hw, start_of_log = probe.high_watermark, probe.log_start_offset
+        else:
+            start_of_log, hw = self.broker.partition_bounds(topic.topic, p)
+        current = max(hw - 1, 0)
+        key = self.groups.consumer_key(topic, req.consumer)
+        not_before_us = 0
+        if kind == m.PollingKind.OFFSET:
+            start = req.strategy.value
+        elif kind == m.PollingKind.TIMESTAMP:
+            not_before_us = req.strategy.value
+            found = await self.broker.offset_for_timestamp(topic.topic, p, not_before_us // 1000)
+            start = hw if found is None else found
+        elif kind == m.PollingKind.FIRST:
+            start = start_of_log
+        elif kind == m.PollingKind.LAST:
+            start = hw - min(req.count, hw)
+        else:  # NEXT
+            committed = await self.broker.current_committed_offset(key, topic.topic, p)
+            start = start_of_log if committed is None else committed
+        start = max(start, start_of_log)
+        out_pid = self.ctx.partition_out(s, p)
+        if req.count == 0 or start >= hw:
+            return POLL_PREFIX.pack(out_pid, current, 0)
+        parts, count, last = await self._read(topic.topic, p, out_pid, start, req.count, hw, dialect,
+                                              not_before_us, remote=remote, envelope=s.envelopes)
+        if req.auto_commit and count:
+            await self.broker.commit_offset(key, topic.topic, p, last + 1)
+        if dialect is Dialect.SEED:
+            assert isinstance(parts, list)
+            return m.PolledMessages(out_pid, current, tuple(parts))
+        return POLL_PREFIX.pack(out_pid, current, count) + b"".join(parts)
+
+    async def _read(self, topic: str, p: int, out_pid: int, start: int, count: int, hw: int,
+                    dialect: Dialect, not_before_us: int, *, remote: bool = False,
+                    envelope: bool = False) -> tuple[list[Any], int, int]:
+        """Up to ``count`` messages from ``start``: reply parts (bytes for L and V, PolledMessage
+        for D), how many, and the last offset. ``remote``: read at the partition's leader."""
+        parts: list[Any] = []
+        taken = 0
+        last = start - 1
+        offset = start
+        while taken < count and offset < hw:
+            before = offset
+            if remote:
+                r = await self.broker.fetch_at_leader(topic, p, offset, POLL_MAX_BYTES)
+            else:
+                r = await self.broker.fetch(topic, p, offset, max_bytes=POLL_MAX_BYTES,
+                                            max_records=count - taken, from_log_start=True)
+            if not r.data:
+                break
+            data = r.data
+
+            async def decode(pos: int, _h: BatchHeader, data: bytes = data) -> list[Record]:
+                return await decode_stored(data, pos)
+
+            async for piece in window(iter_batches(data), FORMAT_IGGY, offset, decode, stop=hw):
+                h, lo = piece.header, piece.lo
+                hi = min(piece.hi, lo + count - taken)
+                if isinstance(piece, Stored):
+                    append = append_time_us(h.base_timestamp, h.base_sequence)
+                    if append < not_before_us:
+                        offset = h.next_offset
+                        continue
+                    pos = piece.pos
+                    body = pos + HEADER_SIZE
+                    positions = frame_positions(data, body, pos + h.size, h.record_count,
+                                                frame_stride(h.base_sequence))
+                    i0, i1 = lo - h.base_offset, hi - h.base_offset
+                    if dialect is Dialect.VSR:
+                        parts.append(vsr_record(out_pid, data, positions, i0, i1, base_offset=h.base_offset,
+                                                append_us=append, origin_base=h.producer_id))
+                    elif dialect is Dialect.LEGACY:
+                        stride = frame_stride(h.base_sequence)
+                        if stride and positions[1] - positions[0] == stride:
+                            parts.append(legacy_messages_uniform(
+                                data, body, stride, i0, i1, base_offset=h.base_offset, append_us=append,
+                                origin_base=h.producer_id))
+                        else:
+                            parts.extend(legacy_messages(data, positions, i0, i1, base_offset=h.base_offset,
+                                                         append_us=append, origin_base=h.producer_id))
+                    else:
+                        parts.extend(record_to_polled(rec, timestamp=append, envelope=envelope)
+                                     for rec in (await decode_stored(data, pos))[i0:i1])
+                    taken += i1 - i0
+                    last = hi - 1
+                else:
+                    polled = [record_to_polled(rec, timestamp=micros(rec.timestamp), envelope=envelope)
+                              for rec in piece.records
+                              if rec.offset < hi and micros(rec.timestamp) >= not_before_us]
+                    if polled:
+                        if dialect is Dialect.SEED:
+                            parts.extend(polled)
+                        else:
+                            reply = m.PolledMessages(out_pid, 0, tuple(polled))
+                            parts.append(encode_reply(reply, dialect)[POLL_PREFIX.size:])
+                        taken += len(polled)
+                        last = polled[-1].offset
+                offset = hi
+                if taken >= count:
+                    break
+            if offset == before:  # nothing below hw in what came back (retention moved the start past it)
+                break
+        return parts, taken, last
+
+
+__all__ = ["POLL_MAX_BYTES", "FetchHandlers"]
