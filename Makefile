@@ -3,7 +3,8 @@
 #   make test  - install the dev dependencies (incl. PySpark), the Iggy SDKs, ZooKeeper (Debian
 #                package, for the cluster tests) and promtool (Debian's prometheus package, to lint
 #                /metrics), Chromium and its driver (Debian's packages, for the console's browser
-#                tests), then run the whole suite
+#                tests), kcat (Debian's package, for the Kafka front end's tests), then run the
+#                whole suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
@@ -25,7 +26,7 @@ IGGY09STAMP = $(IGGY09)/.installed-apache-iggy-$(IGGY09_VERSION)
 ZOOKEEPER_JAR = /usr/share/java/zookeeper.jar
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test install dev iggy-sdks zookeeper promtool chromium lint typecheck bench bench-iggy bench-sdk bench-spark pipeline spark-package clean
+.PHONY: run test install dev iggy-sdks zookeeper promtool chromium kcat lint typecheck bench bench-iggy bench-sdk bench-spark pipeline spark-package clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +85,17 @@ $(CHROMEDRIVER):
 
 chromium: $(CHROMEDRIVER)
 
+# kcat (Debian's package) drives the Kafka front end in tests/integration/test_kafka_clients.py. Not
+# fatal: those tests skip, saying why, without it.
+KCAT = /usr/bin/kcat
+
+$(KCAT):
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat \
+	  || ($(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat) \
+	  || echo "kcat could not be installed: the kcat tests of the Kafka front end are skipped"
+
+kcat: $(KCAT)
+
 install: $(STAMP)
 
 dev: $(DEVSTAMP)
@@ -93,7 +105,7 @@ iggy-sdks: $(IGGY08STAMP) $(IGGY09STAMP)
 run: $(STAMP)
 	$(VENV)/bin/bayou serve --data-dir ./data
 
-test: $(DEVSTAMP) $(IGGY08STAMP) $(IGGY09STAMP) $(ZOOKEEPER_JAR) $(PROMTOOL) $(CHROMEDRIVER)
+test: $(DEVSTAMP) $(IGGY08STAMP) $(IGGY09STAMP) $(ZOOKEEPER_JAR) $(PROMTOOL) $(CHROMEDRIVER) $(KCAT)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports

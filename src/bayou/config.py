@@ -18,6 +18,7 @@ Example ``bayou.toml``::
     cursus = "127.0.0.1:9000"        # Cursus, or "off"
     iggy = "127.0.0.1:8090"          # Apache Iggy binary transport, or "off"
     tank = "127.0.0.1:11011"         # TANK, or "off"
+    kafka = "off"                    # a Kafka-only listener (Kafka is also served on rtes' port)
     http = "127.0.0.1:9080"          # /metrics, /health, /ready, or "off"
 
     [iggy]
@@ -64,6 +65,7 @@ from bayou.broker.settings import BrokerConfig
 from bayou.errors import InvalidConfig
 from bayou.server.app import (
     DEFAULT_BIND,
+    DEFAULT_OFF,
     PROTOCOLS,
     ClusterOptions,
     IggyOptions,
@@ -269,7 +271,7 @@ def _build(raw: dict[str, Any], *, data_dir: str | None, fsync: str | None,
                                       secret, zk_auth)
 
     addrs: dict[str, tuple[str, int] | None] = {
-        name: (DEFAULT_BIND, port) for name, (port, _f) in PROTOCOLS.items()}
+        name: None if name in DEFAULT_OFF else (DEFAULT_BIND, port) for name, (port, _f) in PROTOCOLS.items()}
     for name, value in _table(raw, "listeners").items():
         if name not in PROTOCOLS:
             raise InvalidConfig(f"unknown listener {name!r}; known: {', '.join(PROTOCOLS)}")

@@ -39,6 +39,12 @@ class InvalidRequest(BayouError):
 
 
 @_register
+class InvalidRecord(InvalidRequest):
+    code = "INVALID_RECORD"
+    default_message = "a record batch the broker does not accept (well formed, but refused)"
+
+
+@_register
 class InvalidTopicName(BayouError):
     code = "INVALID_TOPIC_NAME"
     default_message = "invalid topic name"
@@ -178,6 +184,19 @@ class UnknownMember(BayouError):
     code = "UNKNOWN_MEMBER"
     retriable = True
     default_message = "unknown member"
+
+
+@_register
+class RebalanceInProgress(BayouError):
+    code = "REBALANCE_IN_PROGRESS"
+    retriable = True
+    default_message = "the group is rebalancing: rejoin"
+
+
+@_register
+class InconsistentGroupProtocol(BayouError):
+    code = "INCONSISTENT_GROUP_PROTOCOL"
+    default_message = "the member's protocols share none with the group's"
 
 
 @_register

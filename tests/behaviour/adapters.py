@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import itertools
 import re
@@ -28,18 +29,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from kio.schema.errors import ErrorCode as KafkaCode
+
 from bayou.protocols.cursus.batch import decode_head, decode_messages
 from bayou.protocols.iggy import codec as iggy_codec
 from bayou.protocols.iggy import messages as im
 from bayou.protocols.iggy.codes import OPERATION_OF, Command, Operation, Status
 from bayou.protocols.iggy.convert import KEY_HEADER
+from bayou.protocols.kafka import codec as kafka_codec
+from bayou.protocols.kafka.build import build
+from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
 from bayou.protocols.tank import codec as tank_codec
 from bayou.protocols.tank import messages as tm
 from bayou.protocols.tank.bundles import TankMessage, decode_chunk, encode_bundle
 from bayou.protocols.tank.codes import ConsumeFlag, ProduceError
+from bayou.records.batch import Record, decode_records, encode_batch, iter_batches
 from support.brokers import LineConn
 from support.cursus import FrameConn, build_batch, envelope, message
 from support.iggy import PROTOCOL, Closed, IggyStatusError, VsrConn, poll, send, vsr_login
+from support.kafka import KafkaConn
+from support.kafka import frame as kafka_frame
 from support.tank import TankConn
 
 
@@ -761,4 +770,189 @@ class TankAdapter(Adapter):
             await conn.close()
 
 
-ADAPTERS: list[type[Adapter]] = [V1Adapter, CursusAdapter, IggyAdapter, TankAdapter]
+# -- Kafka (issue 17; the V1 port serves it by the first byte) -------------------------------------
+
+
+class KafkaAdapter(Adapter):
+    """Kafka requests at their newest served versions (flexible, tagged fields) built by bayou's
+    codec, on the V1 port (told apart by the first byte). Kafka reports an unknown topic and an
+    unknown partition with one code (UNKNOWN_TOPIC_OR_PARTITION); as a client does, the adapter
+    asks Metadata which it was. A fetch by time is ListOffsets by timestamp, then a fetch."""
+
+    name = "kafka"
+    features = frozenset({Feature.CREATE_TOPIC, Feature.DELETE_TOPIC, Feature.RETENTION,
+                          Feature.CHOOSE_PARTITION, Feature.PRODUCE_KEYS, Feature.READ_KEYS,
+                          Feature.HEADERS, Feature.TIMESTAMPS, Feature.FETCH_BY_TIME,
+                          Feature.LONG_POLL, Feature.GROUP_OFFSETS})
+    below_start = "error"  # OFFSET_OUT_OF_RANGE, with the log start offset
+    past_end = "error"  # OFFSET_OUT_OF_RANGE (at the end itself: no records)
+    unknown_topic_read = "error"  # UNKNOWN_TOPIC_OR_PARTITION
+
+    conn: KafkaConn
+
+    async def open(self) -> None:
+        self.conn = await KafkaConn.open(self.broker.port)
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    async def _missing(self, topic: str) -> ErrorKind:
+        meta = await self.conn.call(ApiKey.METADATA, topics=[{"name": topic}],
+                                    allow_auto_topic_creation=False)
+        return "unknown_topic" if meta.topics[0].error_code != KafkaCode.none else "unknown_partition"
+
+    async def create_topic(self, topic: str, partitions: int = 1, *, retention_bytes: int | None = None
+                           ) -> None:
+        configs = ([] if retention_bytes is None
+                   else [{"name": "retention.bytes", "value": str(retention_bytes)}])
+        resp = await self.conn.call(ApiKey.CREATE_TOPICS, topics=[
+            {"name": topic, "num_partitions": partitions, "replication_factor": 1, "configs": configs}],
+            timeout=30_000)
+        if resp.topics[0].error_code != KafkaCode.none:
+            raise Rejected(resp.topics[0].error_code.name, repr(resp))
+
+    async def delete_topic(self, topic: str) -> None:
+        resp = await self.conn.call(ApiKey.DELETE_TOPICS, topic_names=[topic], timeout=30_000)
+        assert resp.responses[0].error_code == KafkaCode.none, resp
+
+    async def produce(self, topic: str, partition: int, records: Sequence[Out]) -> None:
+        now = int(time.time() * 1000)
+        batch = encode_batch([Record(value=r.value, key=r.key, timestamp=now,
+                                     headers=tuple((k.decode(), v) for k, v in r.headers))
+                              for r in records])
+        resp = await self.conn.call(ApiKey.PRODUCE, acks=-1, timeout=30_000, topic_data=[
+            {"name": topic, "partition_data": [{"index": partition, "records": batch}]}])
+        code = resp.responses[0].partition_responses[0].error_code
+        if code == KafkaCode.unknown_topic_or_partition:
+            raise Rejected(await self._missing(topic), repr(resp))
+        if code != KafkaCode.none:
+            raise Rejected(code.name, repr(resp))
+
+    async def _fetch(self, topic: str, partition: int, offset: int, wait_ms: int) -> Fetched:
+        resp = await self.conn.call(
+            ApiKey.FETCH, replica_id=-1, max_wait=wait_ms, min_bytes=1, max_bytes=FETCH_SIZE,
+            isolation_level=0, session_epoch=-1, wait_s=30 + wait_ms / 1000,
+            topics=[{"topic": topic, "partitions": [
+                {"partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                 "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": FETCH_SIZE}]}])
+        part = resp.responses[0].partitions[0]
+        if part.error_code == KafkaCode.unknown_topic_or_partition:
+            return Fetched(error=await self._missing(topic), raw=repr(part))
+        if part.error_code == KafkaCode.offset_out_of_range:
+            return Fetched(error="offset_out_of_range", earliest=part.log_start_offset, raw=repr(part))
+        assert part.error_code == KafkaCode.none, part
+        data = part.records or b""
+        recs = [Rec(r.offset, r.value, r.key, tuple((k.encode(), v) for k, v in r.headers), r.timestamp)
+                for pos, _h in iter_batches(data) for r in decode_records(data, pos) if r.offset >= offset]
+        return Fetched(recs)
+
+    async def fetch(self, topic: str, partition: int, offset: int) -> Fetched:
+        return await self._fetch(topic, partition, offset, 0)
+
+    async def long_poll(self, topic: str, partition: int, offset: int, wait_ms: int) -> Fetched:
+        return await self._fetch(topic, partition, offset, wait_ms)
+
+    async def _list_offset(self, topic: str, partition: int, timestamp: int) -> int:
+        resp = await self.conn.call(ApiKey.LIST_OFFSETS, replica_id=-1, topics=[
+            {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                            "timestamp": timestamp}]}])
+        part = resp.topics[0].partitions[0]
+        assert part.error_code == KafkaCode.none, part
+        return int(part.offset)
+
+    async def fetch_by_time(self, topic: str, partition: int, timestamp_ms: int) -> Fetched:
+        offset = await self._list_offset(topic, partition, timestamp_ms)
+        if offset < 0:  # no record at or after the time
+            return Fetched()
+        return await self.fetch(topic, partition, offset)
+
+    async def commit(self, group: str, topic: str, partition: int, next_offset: int) -> None:
+        # a commit without a generation: a consumer that assigns itself partitions (the group has
+        # no Kafka member)
+        resp = await self.conn.call(ApiKey.OFFSET_COMMIT, group_id=group, generation_id_or_member_epoch=-1,
+                                    member_id="", topics=[{"name": topic, "partitions": [
+                                        {"partition_index": partition, "committed_offset": next_offset,
+                                         "committed_leader_epoch": -1}]}])
+        assert resp.topics[0].partitions[0].error_code == KafkaCode.none, resp
+
+    async def committed(self, group: str, topic: str, partition: int) -> int:
+        resp = await self.conn.call(ApiKey.OFFSET_FETCH, groups=[
+            {"group_id": group, "member_id": None, "member_epoch": -1,
+             "topics": [{"name": topic, "partition_indexes": [partition]}]}])
+        offset = int(resp.groups[0].topics[0].partitions[0].committed_offset)
+        return max(offset, 0)
+
+    async def log_start(self, topic: str, partition: int) -> int:
+        return await self._list_offset(topic, partition, -2)
+
+    @classmethod
+    def bad_inputs(cls, topic: str) -> list[BadInput]:
+        produce = max(SUPPORTED[ApiKey.PRODUCE].min, 3)
+        batch = bytearray(encode_batch([Record(value=b"x", timestamp=1)]))
+        batch[-1] ^= 0xFF  # the CRC no longer matches
+        bad_crc = build(kafka_codec.request_schema(ApiKey.PRODUCE, produce), acks=1, timeout=5000,
+                        topic_data=[{"name": topic, "partition_data": [
+                            {"index": 0, "records": bytes(batch)}]}])
+        not_two = build(kafka_codec.request_schema(ApiKey.PRODUCE, produce), acks=1, timeout=5000,
+                        topic_data=[{"name": topic, "partition_data": [
+                            {"index": 0, "records": encode_batch([Record(value=b"a", timestamp=1)]) * 2}]}])
+        bad_name = build(kafka_codec.request_schema(ApiKey.CREATE_TOPICS, 7), timeout=5000, topics=[
+            {"name": "no spaces allowed", "num_partitions": 1, "replication_factor": 1}])
+        versions = kafka_frame(18, 0, 7, build(kafka_codec.request_schema(18, 0)))
+
+        def patched(data: bytes, at: int, value: int) -> bytes:  # the i16 at ``at`` of the frame
+            return data[:at] + value.to_bytes(2, "big") + data[at + 2:]
+
+        return [  # Kafka closes the connection on a frame it cannot read, and answers the rest
+            BadInput("size below the smallest header", (b"\x00\x00\x00\x02\x00\x00", 0, 0), "", False),
+            BadInput("unknown api key", (patched(versions, 4, 999), 0, 0), "", False),
+            BadInput("Produce v2 (Kafka 4 removed it)", (patched(kafka_frame(0, 3, 1, bad_crc), 6, 2), 0, 0),
+                     "", False),
+            BadInput("array count past the body",
+                     (b"\x00\x00\x00\x0e\x00\x03\x00\x01\x00\x00\x00\x05\xff\xff\x7f\xff\xff\xff", 0, 0),
+                     "", False),
+            BadInput("ApiVersions newer than served", (patched(versions, 6, 99), 18, 0),
+                     "API_VERSIONS unsupported_version", True),
+            BadInput("record batch with a bad CRC", (kafka_frame(0, produce, 3, bad_crc), 0, produce),
+                     "PRODUCE corrupt_message", True),
+            BadInput("two record batches in one partition", (kafka_frame(0, produce, 4, not_two), 0, produce),
+                     "PRODUCE invalid_record", True),
+            BadInput("topic name with spaces", (kafka_frame(19, 7, 5, bad_name), 19, 7),
+                     "CREATE_TOPICS invalid_topic_exception", True),
+        ]
+
+    async def send_bad(self, case: BadInput) -> tuple[str, bool]:
+        data, api_key, version = case.request
+        conn = await KafkaConn.open(self.broker.port)
+        try:
+            await conn.send(data)
+            reply = ""
+            if case.reply:
+                _cid, body = kafka_codec.decode_response(await conn.recv(), api_key, version)
+                reply = f"{ApiKey(api_key).name} {_first_error(body).name}"
+            try:
+                versions = await conn.call(ApiKey.API_VERSIONS, 0, wait_s=5)
+                alive = versions.error_code == KafkaCode.none
+            except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+                alive = False
+            return reply, alive
+        finally:
+            await conn.close()
+
+
+def _first_error(body: Any) -> KafkaCode:
+    """The first error code of a response body, however deep (top level, topic, partition)."""
+    code = getattr(body, "error_code", None)
+    if isinstance(code, KafkaCode) and code != KafkaCode.none:
+        return code
+    for f in dataclasses.fields(body):
+        value = getattr(body, f.name)
+        for item in value if isinstance(value, tuple) else (value,):
+            if dataclasses.is_dataclass(item):
+                found = _first_error(item)
+                if found != KafkaCode.none:
+                    return found
+    return KafkaCode.none
+
+
+ADAPTERS: list[type[Adapter]] = [V1Adapter, CursusAdapter, IggyAdapter, TankAdapter, KafkaAdapter]

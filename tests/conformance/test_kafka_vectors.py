@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from bayou.errors import CorruptRecord
 from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey, VersionRange
 from bayou.protocols.kafka.framing import FrameReader, KafkaError
@@ -164,10 +163,9 @@ def _xerial(part: Any, pos: int, h: Any) -> bool:
 
 
 def _produced(name: str) -> list[tuple[Any, Any, Any]]:
-    """(request body, partition data, decoded records) of every produce vector of a client,
-    less the xerial-framed snappy batches bayou.records cannot read yet."""
-    return [(body, part, decode_records(part.records, pos))
-            for body, part, pos, h in _batches(name) if not _xerial(part, pos, h)]
+    """(request body, partition data, decoded records) of every produce vector of a client
+    (xerial-framed snappy batches included)."""
+    return [(body, part, decode_records(part.records, pos)) for body, part, pos, _h in _batches(name)]
 
 
 def _codecs(name: str) -> set[int]:
@@ -211,7 +209,7 @@ def test_confluent_kafka_idempotent_batches_carry_the_producer_id() -> None:
 def test_kafka_python_produce_every_codec() -> None:
     produced = _produced("kafka-python")
     values = {r.value for _b, _p, recs in produced for r in recs}
-    for name in ("gzip", "lz4", "zstd", "None"):
+    for name in ("gzip", "snappy", "lz4", "zstd", "None"):
         assert b"kafka-python %s 0|" % name.encode() * 20 in values
     assert all(r.key == b"kp" and r.headers == (("h", b"1"),)
                for _b, _p, recs in produced for r in recs)
@@ -228,8 +226,6 @@ def test_python_clients_frame_snappy_as_xerial() -> None:
         assert snappy and all(x == xerial for x in snappy), name
 
 
-@pytest.mark.xfail(strict=True, raises=CorruptRecord,
-                   reason="bayou.records reads raw snappy only; Kafka reads xerial framing too")
 @pytest.mark.parametrize(("name", "value"), [("kafka-python", b"kafka-python snappy 0|" * 20),
                                             ("aiokafka", b"snappy" * 10)])
 def test_xerial_snappy_records_decode(name: str, value: bytes) -> None:
@@ -241,7 +237,7 @@ def test_aiokafka_produce() -> None:
     produced = _produced("aiokafka")
     values = {r.value for _b, _p, recs in produced for r in recs}
     assert {b"aiokafka %d" % i for i in range(5)} <= values
-    assert {b"lz4" * 10, b"zstd" * 10} <= values  # snappy: see the xerial tests
+    assert {b"snappy" * 10, b"lz4" * 10, b"zstd" * 10} <= values
     assert _codecs("aiokafka") == {Compression.GZIP, Compression.SNAPPY, Compression.LZ4,
                                    Compression.ZSTD}
 

@@ -271,7 +271,7 @@ def test_invalid_listener(tmp_path: Path, args: tuple[str, ...], message: str) -
     ("colour = 'blue'\n", "unknown config keys: colour"),
     ("[broker]\nspeed = 3\n", "unknown [broker] keys: speed"),
     ("[log]\nsize = 3\n", "unknown [log] keys: size"),
-    ("[listeners]\nkafka = '127.0.0.1:9093'\n", "unknown listener"),
+    ("[listeners]\nkafka2 = '127.0.0.1:9093'\n", "unknown listener"),
     ("data_dir = \n", "cannot read config"),
 ])
 def test_invalid_config_file(tmp_path: Path, toml: str, message: str) -> None:

@@ -274,8 +274,8 @@ def test_bad_tls_settings_stop_the_start_with_a_message(tmp_path: Path, certs: C
     cfg = tmp_path / "c.toml"
     for text, expected in ((f'[tls]\ncert = "{certs.cert}"\nkey = "{certs.key}"\nplain = "tank"\n',
                             "must be an array"),
-                           (f'[tls]\ncert = "{certs.cert}"\nkey = "{certs.key}"\nplain = ["kafka"]\n',
-                            "unknown listener 'kafka'"),
+                           (f'[tls]\ncert = "{certs.cert}"\nkey = "{certs.key}"\nplain = ["kafka2"]\n',
+                            "unknown listener 'kafka2'"),
                            (f'[tls]\ncert = "{certs.cert}"\nkey = "{certs.key}"\nverify = true\n',
                             "unknown [tls] keys: verify"),
                            ('[tls]\ncert = 5\n', "[tls] cert must be a string")):

@@ -33,7 +33,7 @@ BAD = [
     ('[security]\nanon = "none"\n', "unknown [security] keys: anon (known: anonymous)"),
     ('[cluster]\nsession_timeout_ms = "4s"\n', "[cluster] session_timeout_ms must be an integer"),
     ('[listeners]\nrtes = true\n', "[listeners] rtes must be a string or an integer"),
-    ('[listeners]\nkafka = "9092"\n', "unknown listener 'kafka'"),
+    ('[listeners]\nkafka2 = "9092"\n', "unknown listener 'kafka2'"),
     ('max_connections = "many"\n', "max_connections must be an integer"),
     ('shutdown_grace_s = "10s"\n', "shutdown_grace_s must be a number"),
     ('broker = 1\n', "[broker] must be a table"),
@@ -99,3 +99,13 @@ def test_serve_refuses_without_a_traceback(tmp_path: Path, text: bytes) -> None:
     assert "Traceback" not in proc.stderr
     assert str(path) in proc.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_the_kafka_listener_is_off_unless_configured(tmp_path: Path) -> None:
+    """Kafka clients use the V1 port (first-byte sniff); a Kafka-only listener is opt-in."""
+    assert load_config(None).listeners["kafka"] is None
+    path = tmp_path / "bayou.toml"
+    path.write_text('[listeners]\nkafka = "0.0.0.0:19092"\n')
+    assert load_config(path).listeners["kafka"] == ("0.0.0.0", 19092)
+    assert load_config(path, listeners={"kafka": "off"}).listeners["kafka"] is None
+    assert load_config(None, listeners={"kafka": "29092"}).listeners["kafka"] == ("127.0.0.1", 29092)

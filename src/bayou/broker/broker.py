@@ -42,10 +42,11 @@ from bayou.broker.roles import ReplicaRoles
 from bayou.broker.settings import BrokerConfig
 from bayou.broker.topics import TOPIC_KEYS, TopicAdmin
 from bayou.broker.views import Endpoint, LogTotals, SharedDocuments
-from bayou.errors import NotLeader
+from bayou.errors import NotLeader, Unauthorized
 from bayou.records.formats import ProducerSequence
 from bayou.stats import Recovery
 from bayou.storage import FileSpan, PartitionLog, validate_topic_name
+from bayou.storage.config import TOPIC_CONFIG_KEYS
 
 
 class Broker:
@@ -66,6 +67,9 @@ class Broker:
         self.roles = ReplicaRoles(ctx, self.topic_admin)
         self.consumers = ConsumerGroups(ctx)
         self.lifecycle = Lifecycle(ctx, self.consumers)
+        # Kafka's classic groups: membership of their own (a leader-run assignor), offsets in
+        # ``groups.offsets`` with every other protocol's (broker/groups/classic.py)
+        self.classic_groups = ctx.classic_groups
 
     # -- the shared state's switches (context.py) ----------------------------------------------
 
@@ -243,7 +247,7 @@ class Broker:
         return await self.produce_path.produce_unique(topic, partition, ids, build, acks, forward=forward)
 
     async def produce_idempotent(self, topic: str, partition: int, producers: Sequence[ProducerSequence],
-                                 build: Callable[[list[bool]], tuple[bytes, Stamp]],
+                                 build: Callable[[list[bool]], tuple[bytes, Stamp | None]],
                                  acks: Acks = Acks.LEADER) -> ProduceResult:
         return await self.produce_path.produce_idempotent(topic, partition, producers, build, acks)
 
@@ -347,6 +351,19 @@ class Broker:
     async def current_committed_offset(self, group: str, topic: str, partition: int) -> int | None:
         return await self.consumers.current_committed_offset(group, topic, partition)
 
+    def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """Every committed offset of ``group`` whose topic the caller may poll, by (topic,
+        partition): what Kafka's OffsetFetch of all topics answers."""
+        out: dict[tuple[str, int], int] = {}
+        for (g, topic, partition), offset in self.groups.offsets.items():
+            if g == group:
+                try:
+                    self.authorizer.check_topic("poll", topic)
+                except Unauthorized:
+                    continue
+                out[(topic, partition)] = offset
+        return out
+
     def describe_group(self, group: str) -> GroupDescription:
         return self.consumers.describe_group(group)
 
@@ -364,6 +381,17 @@ class Broker:
     def topic_config(self, topic: str) -> MappingProxyType[str, str]:
         """The topic's configuration overrides (bayou keys), read-only."""
         return MappingProxyType(self.topic(topic).meta.config)
+
+    def effective_topic_config(self, topic: str) -> dict[str, tuple[str, bool]]:
+        """Every config key of the topic: (value in effect, whether the topic sets it) for the log
+        settings (the broker's default when it does not) and the broker keys it sets."""
+        self.check_describe(topic)
+        t = self.topic(topic)
+        out = {key: (str(getattr(t.log_config, name)), key in t.meta.config)
+               for key, name in sorted(TOPIC_CONFIG_KEYS.items())}
+        for key, value in t.meta.config.items():
+            out.setdefault(key, (value, True))
+        return out
 
     def partition_bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark): the range a consumer may read."""

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from bayou.broker.authz import Action, Authorizer
 from bayou.broker.coordination import Cluster, MetadataStore, ReplicaState
+from bayou.broker.groups.classic import ClassicGroups
 from bayou.broker.groups.coordinator import GroupCoordinator
 from bayou.broker.metadata import ClusterMetadata
 from bayou.broker.model import Topic
@@ -41,6 +42,7 @@ class BrokerContext:
         self.metadata = ClusterMetadata(config.broker_id, self.authorizer)
         self.groups = GroupCoordinator(config.group_session_timeout_ms, self.partition_count)
         self.groups_file = StateFile(config.data_dir / "groups.json", self.groups.groups_json)
+        self.classic_groups = ClassicGroups()  # Kafka's (broker/groups/classic.py)
         self.offsets_file = StateFile(config.data_dir / "offsets.json", self.groups.offsets_json)
         self.io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="bayou-io")
         self.admin_lock = asyncio.Lock()  # topic changes, one at a time

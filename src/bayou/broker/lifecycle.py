@@ -125,6 +125,7 @@ class Lifecycle:
         self.started = False
         if self._scrubber is not None:
             self._scrubber.stop()  # a pass in progress ends within one read
+        self.ctx.classic_groups.close()
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)

@@ -141,7 +141,7 @@ class ProducePath:
                                           lambda keep: (build(keep), None), acks)
 
     async def produce_idempotent(self, topic: str, partition: int, producers: Sequence[ProducerSequence],
-                                 build: Callable[[list[bool]], tuple[bytes, Stamp]],
+                                 build: Callable[[list[bool]], tuple[bytes, Stamp | None]],
                                  acks: Acks = Acks.LEADER) -> ProduceResult:
         """Append, of a send whose messages carry (producer id, epoch, sequence) ``producers`` (in
         order), only those that are not replays for the partition's producer table

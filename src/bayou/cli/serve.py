@@ -24,10 +24,13 @@ from bayou.errors import BayouError
               help="Apache Iggy binary transport listener (0.8 and 0.9 clients). [default: 127.0.0.1:8090]")
 @click.option("--tank", metavar="HOST:PORT|off",
               help="TANK listener (tank-cli and TANK 4.0 clients). [default: 127.0.0.1:11011]")
+@click.option("--kafka", metavar="HOST:PORT|off",
+              help="A Kafka-only listener. Kafka clients are also served on the --rtes port (the first "
+                   "byte tells V1 from Kafka). [default: off]")
 @click.option("--http", metavar="HOST:PORT|off",
               help="HTTP listener: /metrics (Prometheus), /health, /ready. [default: 127.0.0.1:9080]")
 @click.option("--advertised-host", metavar="HOST",
-              help="Host name Cursus clients are told to connect to (METADATA, FIND_COORDINATOR). "
+              help="Host name Cursus and Kafka clients are told to connect to (METADATA, FIND_COORDINATOR). "
                    "[default: localhost]")
 @click.option("--fsync", metavar="always|interval:MS|never",
               help="When appends reach the disk: 'always' acknowledges after fsync (group commit). "
@@ -49,7 +52,8 @@ from bayou.errors import BayouError
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", default="json", show_default=True, type=click.Choice(["json", "text"]))
 def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, cursus: str | None,
-          iggy: str | None, tank: str | None, http: str | None, advertised_host: str | None,
+          iggy: str | None, tank: str | None, kafka: str | None, http: str | None,
+          advertised_host: str | None,
           fsync: str | None, cluster: str | None, broker_id: int | None, replication: str | None,
           tls_cert: str | None, tls_key: str | None, tls_ca: str | None, tls_client_auth: str | None,
           tls_plain: tuple[str, ...],
@@ -73,7 +77,7 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, curs
     try:
         cfg = load_config(config_file, data_dir=data_dir, fsync=fsync,
                           listeners={"rtes": rtes, "cursus": cursus, "iggy": iggy, "tank": tank,
-                                     "http": http},
+                                     "kafka": kafka, "http": http},
                           advertised_host=advertised_host, cluster=cluster, broker_id=broker_id,
                           replication=replication,
                           tls={"cert": tls_cert, "key": tls_key, "ca": tls_ca, "client_auth": tls_client_auth,

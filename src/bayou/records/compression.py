@@ -8,6 +8,7 @@ not an out-of-memory.
 from __future__ import annotations
 
 import enum
+import struct
 import zlib
 
 import cramjam
@@ -63,6 +64,42 @@ def _gunzip_bounded(data: bytes, limit: int) -> bytes:
     return out
 
 
+# snappy-java's stream framing (kafka-python, aiokafka and the Java client send it; librdkafka sends
+# one raw block): this magic, two i32 versions, then blocks of i32 length + raw snappy. Kafka's
+# brokers read both, so bayou does too, and stores the batch as it came.
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = 16
+_BLOCK_LEN = struct.Struct(">i")
+
+
+def _snappy_block(data: bytes | memoryview, limit: int) -> bytes:
+    try:
+        n = int(cramjam.snappy.decompress_raw_len(data))
+        if n > limit:
+            raise CorruptRecord("decompressed size exceeds limit")
+        return bytes(cramjam.snappy.decompress_raw(data))
+    except cramjam.DecompressionError as exc:
+        raise CorruptRecord(f"snappy: {exc}") from None
+
+
+def _unxerial(data: bytes, limit: int) -> bytes:
+    if len(data) < _XERIAL_HEADER:
+        raise CorruptRecord("truncated xerial snappy header")
+    out = bytearray()
+    view = memoryview(data)
+    pos = _XERIAL_HEADER
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CorruptRecord("truncated xerial snappy block length")
+        (size,) = _BLOCK_LEN.unpack_from(data, pos)
+        pos += 4
+        if size < 0 or pos + size > len(data):
+            raise CorruptRecord("xerial snappy block past the end")
+        out += _snappy_block(view[pos:pos + size], limit - len(out))
+        pos += size
+    return bytes(out)
+
+
 def decompress(codec: int, data: bytes, limit: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:
     """Inflate ``data``; never produce more than ``limit`` bytes."""
     if codec == Compression.NONE:
@@ -70,13 +107,9 @@ def decompress(codec: int, data: bytes, limit: int = DEFAULT_MAX_DECOMPRESSED) -
     if codec == Compression.GZIP:
         return _gunzip_bounded(data, limit)
     if codec == Compression.SNAPPY:
-        try:
-            n = int(cramjam.snappy.decompress_raw_len(data))
-            if n > limit:
-                raise CorruptRecord("decompressed size exceeds limit")
-            return bytes(cramjam.snappy.decompress_raw(data))
-        except cramjam.DecompressionError as exc:
-            raise CorruptRecord(f"snappy: {exc}") from None
+        if data[:len(XERIAL_MAGIC)] == XERIAL_MAGIC:
+            return _unxerial(data, limit)
+        return _snappy_block(data, limit)
     if codec == Compression.LZ4:
         try:
             dec = lz4.frame.LZ4FrameDecompressor()

@@ -64,6 +64,22 @@ def _cursus_sequences(data: Buffer, h: BatchHeader) -> list[tuple[int, ProducerS
     return out
 
 
+def kafka_producer(producer_id: int) -> bytes:
+    """The producer key of a Kafka idempotent producer in the producer table (Cursus keys are
+    the client's own string ids; a Kafka id is a number, kept apart by the prefix)."""
+    return b"kafka:%d" % producer_id
+
+
+def _v2_sequences(data: Buffer, h: BatchHeader) -> list[tuple[int, ProducerSequence]]:
+    """A Kafka idempotent producer's batch: its producer id, epoch and base sequence are in the
+    header. Sequences are stored 1-based as the table counts them (Kafka's start at 0)."""
+    if h.producer_id < 0 or h.base_sequence < 0:
+        return []
+    pid = kafka_producer(h.producer_id)
+    return [(h.base_offset + i, (pid, h.producer_epoch, h.base_sequence + i + 1))
+            for i in range(h.record_count)]
+
+
 def _iggy_records(data: bytes, h: BatchHeader) -> list[Record]:
     return decode_frames(data, 0, len(data), h.record_count, base_offset=h.base_offset,
                          append_ms=h.base_timestamp, origin_base_us=h.producer_id)
@@ -80,7 +96,8 @@ def _tank_records(data: bytes, h: BatchHeader) -> list[Record]:
 
 
 FORMATS: dict[int, PayloadFormat] = {f.code: f for f in (
-    PayloadFormat(FORMAT_RECORDS, "records", decode_v2, message_ids=v2_message_ids),
+    PayloadFormat(FORMAT_RECORDS, "records", decode_v2, message_ids=v2_message_ids,
+                  producer_sequences=_v2_sequences),
     PayloadFormat(FORMAT_CURSUS, "cursus", _cursus_records, producer_sequences=_cursus_sequences),
     PayloadFormat(FORMAT_IGGY, "iggy", _iggy_records, message_ids=_iggy_ids),
     PayloadFormat(FORMAT_TANK, "tank", _tank_records),

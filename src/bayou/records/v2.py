@@ -1,5 +1,6 @@
 """The records section of a ``FORMAT_RECORDS`` batch: Kafka's v2 record, plus an optional message
-id (the layout is drawn in records/batch.py). Encode, decode and read the message ids only."""
+id (the layout is drawn in records/batch.py). Encode, decode, read the message ids only, and walk
+the records without building them (a Kafka produce's check, a Kafka fetch's question)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,76 @@ def v2_message_ids(data: Buffer, h: BatchHeader) -> list[tuple[int, int]]:
             out.append((h.base_offset + off_delta, msg_id))
         p = end
     return out
+
+
+def _varint(data: Buffer, p: int) -> tuple[int, int]:
+    """``decode_varint`` with the one- and two-byte cases inline (the lengths of a record walk)."""
+    b = data[p]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), p + 1
+    if p + 1 < len(data) and data[p + 1] < 0x80:
+        raw = (b & 0x7F) | (data[p + 1] << 7)
+        return (raw >> 1) ^ -(raw & 1), p + 2
+    return decode_varint(data, p)
+
+
+def walk_v2(data: Buffer, count: int) -> bool:
+    """Check that a (decompressed) records section holds exactly ``count`` well-formed records,
+    without building them (a produce's check: Kafka's broker validates records too); whether any
+    carries a message id. CorruptRecord for the first fault."""
+    p = 0
+    n = len(data)
+    ids = False
+    try:
+        for _ in range(count):
+            length, p = _varint(data, p)
+            end = p + length
+            if length < 1 or end > n:
+                raise CorruptRecord("record length past the end of the batch")
+            if data[p] & RECORD_HAS_MESSAGE_ID:
+                ids = True
+                p += 16
+            _ts, p = _varint(data, p + 1)
+            _off, p = _varint(data, p)
+            klen, p = _varint(data, p)
+            if klen < -1:
+                raise CorruptRecord("bad key length")
+            vlen, p = _varint(data, p + max(klen, 0))
+            if vlen < 0:  # as decode_v2: the record model has no null value (a tombstone)
+                raise CorruptRecord("bad value length")
+            hcount, p = _varint(data, p + vlen)
+            if hcount < 0 or hcount > end - p:
+                raise CorruptRecord("bad header count")
+            for _h in range(hcount):
+                nlen, p = _varint(data, p)
+                if nlen < 0:
+                    raise CorruptRecord("bad header name length")
+                hvlen, p = _varint(data, p + nlen)
+                if hvlen < 0:  # as decode_v2: the record model has no null header value
+                    raise CorruptRecord("bad header value length")
+                p += hvlen
+            if p != end:
+                raise CorruptRecord("record length mismatch")
+    except IndexError:
+        raise CorruptRecord("record past the end of the batch") from None
+    if p != n:
+        raise CorruptRecord("trailing bytes after the last record")
+    return ids
+
+
+def has_message_ids(data: Buffer, count: int) -> bool:
+    """Whether any of the ``count`` records of a (decompressed) records section carries a message
+    id: the walk reads each record's length and attribute byte only (a fetch's question)."""
+    p = 0
+    n = len(data)
+    try:
+        for _ in range(count):
+            length, p = _varint(data, p)
+            if length < 1 or p + length > n:
+                raise CorruptRecord("record length past the end of the batch")
+            if data[p] & RECORD_HAS_MESSAGE_ID:
+                return True
+            p += length
+    except IndexError:
+        raise CorruptRecord("record past the end of the batch") from None
+    return False

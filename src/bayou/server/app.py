@@ -14,11 +14,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from bayou.broker import Broker, BrokerConfig
-from bayou.broker.authz import ANONYMOUS_ACCESS, AnonymousAccess
+from bayou.broker.authz import ANONYMOUS_ACCESS, AnonymousAccess, Principal
 from bayou.errors import InvalidConfig
+from bayou.protocols.kafka.framing import Sniffed, sniff
 from bayou.server.base import Admission, Connection, ConnectionLimits, Listener
 from bayou.server.cursus import Advertised, CursusService, cursus_handler
 from bayou.server.iggy import IggyService, iggy_handler
+from bayou.server.iggy.users import AuthFailure
+from bayou.server.kafka import Advertised as KafkaAdvertised
+from bayou.server.kafka import KafkaService, kafka_handler
 from bayou.server.metering import RequestMeter
 from bayou.server.rtes import RtesService, rtes_handler
 from bayou.server.tank import TankService, tank_handler
@@ -79,9 +83,28 @@ def _iggy(server: BayouServer, name: str) -> Handler:
 
 
 def _rtes(server: BayouServer, name: str) -> Handler:
+    """V1 and Kafka share port 9092: the first byte tells them apart (protocols/kafka/framing.py,
+    ``sniff``: a Kafka request's size starts with 0x00..0x06, a V1 line with "V")."""
     service = RtesService(server.broker)
     server.meters[name] = service.meter
-    return rtes_handler(service)
+    v1 = rtes_handler(service)
+    kafka = kafka_handler(server.kafka_service(), server.kafka_advertised)
+
+    async def serve(conn: Connection, listener: Listener) -> None:
+        first = await conn.read()
+        if not first:
+            return
+        if sniff(first) is Sniffed.KAFKA:
+            await kafka(conn, listener, first)
+        else:
+            await v1(conn, listener, first)
+
+    return serve
+
+
+def _kafka(server: BayouServer, name: str) -> Handler:
+    """A Kafka-only listener (``--kafka``), beside the V1 port's."""
+    return kafka_handler(server.kafka_service(), server.kafka_advertised)
 
 
 def _tank(server: BayouServer, name: str) -> Handler:
@@ -103,13 +126,15 @@ def _http(server: BayouServer, name: str) -> Handler:
 # Every implemented protocol: name -> (default port, handler factory). "http" is the broker's own
 # HTTP port (probes, Prometheus metrics), Cursus' health port by default.
 PROTOCOLS: dict[str, tuple[int, HandlerFactory]] = {
-    "rtes": (9092, _rtes),
+    "rtes": (9092, _rtes),  # V1, and Kafka by the first byte
+    "kafka": (9092, _kafka),  # off by default (DEFAULT_OFF): Kafka clients use the V1 port
     "cursus": (9000, _cursus),
     "iggy": (8090, _iggy),
     "tank": (11011, _tank),
     "http": (9080, _http),
 }
 HTTP = "http"
+DEFAULT_OFF = frozenset({"kafka"})  # listeners a configuration must turn on
 
 
 # Listeners bind loopback unless an address is given: exposing a broker is a decision (and V1,
@@ -168,7 +193,8 @@ class ServerConfig:
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     # protocol -> (host, port), or None when the protocol is off
     listeners: dict[str, tuple[str, int] | None] = field(
-        default_factory=lambda: {name: (DEFAULT_BIND, port) for name, (port, _f) in PROTOCOLS.items()})
+        default_factory=lambda: {name: None if name in DEFAULT_OFF else (DEFAULT_BIND, port)
+                                 for name, (port, _f) in PROTOCOLS.items()})
     max_connections: int = 10_000
     shutdown_grace_s: float = 10.0
     # Connection limits shared by every listener (server/base.py): a new connection must send a
@@ -225,8 +251,26 @@ class BayouServer:
         self.meters: dict[str, RequestMeter] = {}  # protocol -> its requests (/metrics)
         self.http: HttpFrontEnd | None = None
         self.iggy: IggyService | None = None
+        self._kafka: KafkaService | None = None  # one for the V1 port's Kafka and --kafka
         self.serving = False  # every listener up (and the cluster joined): /ready
         self.shutting_down = False
+
+    def kafka_service(self) -> KafkaService:
+        if self._kafka is None:
+            self._kafka = KafkaService(self.broker, login=self._kafka_login)
+            self.meters["kafka"] = self._kafka.meter
+        return self._kafka
+
+    async def _kafka_login(self, peer: str, user: str, password: str) -> Principal:
+        """SASL PLAIN on a Kafka listener: the broker's users, which the Iggy front end keeps
+        (the same check as the HTTP port's Basic login)."""
+        if self.iggy is None:  # no users on this broker: the Iggy listener is off
+            raise AuthFailure("invalid_credentials")
+        return await self.iggy.credentials_principal(peer, user, password)
+
+    def kafka_advertised(self, listener: Listener) -> KafkaAdvertised:
+        """What Metadata tells a client of ``listener``: the advertised host, the listener's port."""
+        return KafkaAdvertised(self.broker.config.broker_id, self.config.advertised_host, listener.port)
 
     async def _listen(self, name: str, addr: tuple[str, int], limits: ConnectionLimits,
                       admission: Admission) -> None:

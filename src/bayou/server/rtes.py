@@ -395,8 +395,9 @@ class _Lines(LineReader):
         return self.overflowed
 
 
-def rtes_handler(service: RtesService) -> Callable[[Connection, Listener], Awaitable[None]]:
-    async def serve(conn: Connection, listener: Listener) -> None:
+def rtes_handler(service: RtesService) -> Callable[..., Awaitable[None]]:
+    async def serve(conn: Connection, listener: Listener, first: bytes = b"") -> None:
+        # ``first``: bytes the V1 port's first-byte sniff already read (server/app.py).
         # Strictly in order: each request is answered (and drained: a client that pipelines and
         # does not read must not make the server buffer every reply) before the next one starts
         # (rtes.md 11.1), so its reply reflects exactly the state it produced.
@@ -409,7 +410,7 @@ def rtes_handler(service: RtesService) -> Callable[[Connection, Listener], Await
             await _close_gently(conn)
 
         await serve_frames(conn, listener, reader, service.handle_line, error=LineTooLong, refuse=refuse,
-                           last=reader.eof)
+                           last=reader.eof, first=first)
     return serve
 
 

@@ -112,14 +112,15 @@ def test_codes_the_issue_names() -> None:
 def test_retriable_errors_stay_retriable() -> None:
     """A client retries what Kafka calls retriable; bayou's retriable errors must map there, or a
     client would give up on a transient state (the reverse is allowed: Kafka's client decides).
-    The group errors are the exception: Kafka calls ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID
-    fatal to the request, and the client's group state machine rejoins on them."""
-    rejoin = {errors.IllegalGeneration, errors.UnknownMember}
+    The group errors are the exception: Kafka calls ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID and
+    REBALANCE_IN_PROGRESS fatal to the request, and the client's group state machine rejoins on
+    them."""
+    rejoin = {errors.IllegalGeneration, errors.UnknownMember, errors.RebalanceInProgress}
     for cls, code in ERROR_CODE.items():
         if cls.retriable and cls not in rejoin:
             assert code.retriable, cls.__name__
-    assert all(ERROR_CODE[cls] in (ErrorCode.illegal_generation, ErrorCode.unknown_member_id)
-               for cls in rejoin)
+    assert all(ERROR_CODE[cls] in (ErrorCode.illegal_generation, ErrorCode.unknown_member_id,
+                                   ErrorCode.rebalance_in_progress) for cls in rejoin)
 
 
 def test_error_code_lookup() -> None:

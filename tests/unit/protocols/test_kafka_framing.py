@@ -37,8 +37,10 @@ def test_sniff_by_first_byte() -> None:
     assert sniff(b"V") is Sniffed.V1
     assert sniff(b"V1|42|PING") is Sniffed.V1
     assert sniff(_wire(FRAME)) is Sniffed.KAFKA
-    for first in range(256):
-        assert sniff(bytes([first])) is (Sniffed.V1 if first == 0x56 else Sniffed.KAFKA)
+    for first in range(256):  # a size the cap allows starts with 0x00..0x06; the rest is V1's
+        assert sniff(bytes([first])) is (Sniffed.KAFKA if first <= 0x06 else Sniffed.V1)
+    assert sniff(struct.pack(">i", MAX_REQUEST_SIZE)) is Sniffed.KAFKA
+    assert sniff(b"hello") is Sniffed.V1  # V1 answers it: BAD_REQUEST expected format
 
 
 def test_a_v1_first_byte_is_too_large_a_kafka_size() -> None:

@@ -318,6 +318,10 @@ ERROR_STATUS: Mapping[type[errors.BayouError], Status] = MappingProxyType({
     errors.IllegalGeneration: Status.CONSUMER_GROUP_PARTITION_NOT_OWNED,  # the V client re-syncs on it
     errors.UnknownMember: Status.CONSUMER_GROUP_MEMBER_NOT_FOUND,
     errors.PartitionNotAssigned: Status.CONSUMER_GROUP_PARTITION_NOT_OWNED,
+    # Kafka's classic groups and produce checks (server/kafka.py): never raised on an Iggy request
+    errors.RebalanceInProgress: Status.CONSUMER_GROUP_PARTITION_NOT_OWNED,
+    errors.InconsistentGroupProtocol: Status.CONSUMER_GROUP_ID_NOT_FOUND,
+    errors.InvalidRecord: Status.INVALID_COMMAND,
     errors.GroupTopicMismatch: Status.CONSUMER_GROUP_ID_NOT_FOUND,  # Iggy groups live inside a topic
     errors.OffsetRegression: Status.INVALID_OFFSET,
     errors.DuplicateSequence: Status.ERROR,  # Iggy has no idempotent producers; never raised for it

@@ -123,6 +123,7 @@ def is_supported(api_key: int, api_version: int) -> bool:
 
 ERROR_CODE: Mapping[type[errors.BayouError], ErrorCode] = MappingProxyType({
     errors.InvalidRequest: ErrorCode.invalid_request,
+    errors.InvalidRecord: ErrorCode.invalid_record,
     errors.InvalidTopicName: ErrorCode.invalid_topic_exception,
     errors.TopicAlreadyExists: ErrorCode.topic_already_exists,
     errors.UnknownTopic: ErrorCode.unknown_topic_or_partition,
@@ -141,6 +142,8 @@ ERROR_CODE: Mapping[type[errors.BayouError], ErrorCode] = MappingProxyType({
     errors.GroupNotFound: ErrorCode.group_id_not_found,
     errors.IllegalGeneration: ErrorCode.illegal_generation,  # the client rejoins
     errors.UnknownMember: ErrorCode.unknown_member_id,  # the client rejoins with an empty id
+    errors.RebalanceInProgress: ErrorCode.rebalance_in_progress,  # the member rejoins
+    errors.InconsistentGroupProtocol: ErrorCode.inconsistent_group_protocol,
     errors.PartitionNotAssigned: ErrorCode.illegal_generation,  # a stale assignment: rejoin
     errors.GroupTopicMismatch: ErrorCode.inconsistent_group_protocol,  # bayou group bound elsewhere
     errors.OffsetRegression: ErrorCode.invalid_commit_offset_size,  # Kafka has no such refusal

@@ -31,7 +31,7 @@ _SIZE = struct.Struct(">i")
 _FIXED_HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 _KEY_VERSION_ID = struct.Struct(">hhi")
 
-V1_FIRST_BYTE = 0x56  # "V" of "V1|"
+KAFKA_MAX_FIRST_BYTE = MAX_REQUEST_SIZE >> 24  # the first byte of the largest size accepted (0x06)
 
 
 class KafkaError(Exception):
@@ -61,14 +61,15 @@ class Sniffed(enum.Enum):
 def sniff(first: bytes | bytearray | memoryview) -> Sniffed | None:
     """Which protocol a connection on the shared port speaks, from its first byte; None = no byte yet.
 
-    A V1 line starts with ``V1|`` (0x56). A Kafka request starts with its big-endian i32 size, and a
-    first byte of 0x56 would declare more than 1.4 GB (0x56000000), far above any accepted size, so
-    the first byte decides without waiting for more. A connection that starts with "V" but not
-    "V1|" is V1's to refuse.
+    A Kafka request starts with its big-endian i32 size, at most ``MAX_REQUEST_SIZE`` (100 MiB), so
+    its first byte is at most 0x06; a V1 line starts with ``V1|`` (0x56). Every other first byte
+    goes to V1 as well, which answers a line that is no V1 request with its own error
+    (``BAD_REQUEST expected format ...``) instead of a Kafka connection closing on a size that
+    cannot be one.
     """
     if len(first) == 0:
         return None
-    return Sniffed.V1 if first[0] == V1_FIRST_BYTE else Sniffed.KAFKA
+    return Sniffed.KAFKA if first[0] <= KAFKA_MAX_FIRST_BYTE else Sniffed.V1
 
 
 def _frame_size(buf: bytes | bytearray | memoryview, pos: int, max_size: int) -> int:

@@ -1,0 +1,129 @@
+"""Record batches between Kafka clients and bayou's log: what a produce may store, what a fetch sends.
+
+A Kafka client's v2 batch is bayou's batch layout (records/batch.py), so a produced batch is
+stored as received: the broker writes its base offset in place (outside the CRC). Before that,
+``check_produced`` refuses what Kafka refuses and what bayou would read differently: anything
+but exactly one v2 batch, a control or transactional batch (bayou reads attribute bit 0x10 as its
+own sparse flag; transactions are not served), payload-format bits (8-11: bayou's, never a Kafka
+client's), and records that do not decode (Kafka's broker decompresses and checks them too).
+
+A fetch sends stored v2 batches as they are when a Kafka client reads them the same way:
+payload format 0, no sparse flag, no record carrying bayou's message-id extension (record
+attribute bit 0, which a Kafka client would misread). Every other batch (Cursus, Iggy, TANK, or
+V1 records with message ids) is converted once to a plain v2 batch with the same offsets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bayou.errors import CorruptRecord, InvalidRecord
+from bayou.records.batch import (
+    ATTR_FORMAT_MASK,
+    ATTR_LOG_APPEND_TIME,
+    HEADER_SIZE,
+    BatchHeader,
+    Buffer,
+    assemble_batch,
+    decode_header,
+    decode_records,
+    iter_batches,
+)
+from bayou.records.compression import decompress
+from bayou.records.formats import FORMAT_RECORDS
+from bayou.records.iggy import FORMAT_IGGY, KIND_RAW, ORIGIN_TIMESTAMP, STRING_KEY_PREFIX
+from bayou.records.model import Record
+from bayou.records.v2 import encode_record, has_message_ids, walk_v2
+
+ATTR_TRANSACTIONAL = 0x10  # Kafka's meaning of the bit bayou's log calls ATTR_SPARSE
+ATTR_CONTROL = 0x20
+
+
+def check_produced(records: Buffer) -> BatchHeader:
+    """The header of the one batch a Produce carries for a partition; CorruptRecord (Kafka's
+    CORRUPT_MESSAGE) when it does not parse or decode, InvalidRecord (INVALID_RECORD) for a
+    batch Kafka's broker would refuse or that bayou cannot store as a Kafka client meant it. The
+    CRC is checked by the log's append."""
+    h = decode_header(records)
+    if h.size > len(records):
+        raise CorruptRecord(f"a batch of {h.size} bytes in {len(records)}")
+    if h.size != len(records):
+        raise InvalidRecord("a produce must carry exactly one record batch per partition")
+    if h.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
+        raise InvalidRecord("transactional and control batches are not served")
+    if h.attributes & ATTR_FORMAT_MASK:
+        raise InvalidRecord(f"batch attributes 0x{h.attributes:04x}: bits 8-11 are not Kafka's")
+    if h.record_count < 1:
+        raise CorruptRecord("a batch without records")
+    if walk_v2(_section(records, 0, h), h.record_count):  # every record parses, none carries an id
+        raise InvalidRecord("record attributes other than 0")
+    return h
+
+
+def as_stored(buf: Buffer, pos: int, h: BatchHeader) -> bool:
+    """Whether a Kafka client reads the stored batch at ``pos`` as bayou does (see the module
+    docstring): then it is sent as stored. Only each record's length and attribute byte are read
+    (a compressed batch is decompressed for it)."""
+    if h.payload_format != FORMAT_RECORDS or h.sparse:
+        return False
+    return not has_message_ids(_section(buf, pos, h), h.record_count)
+
+
+def _section(buf: Buffer, pos: int, h: BatchHeader) -> Buffer:
+    """The records section of the batch at ``pos``, decompressed (bounded, as every read is)."""
+    body = memoryview(buf)[pos + HEADER_SIZE:pos + h.size]
+    return body if not h.compression else decompress(h.compression, bytes(body))
+
+
+def plain_headers(headers: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]:
+    """An Iggy message's headers as a Kafka client expects them: a string-keyed raw user header
+    ``iggy.h.<name>`` (kind byte 1, value) is ``<name>``, the origin timestamp (the record's own
+    timestamp, in ms) is dropped; typed Iggy headers keep bayou's ``iggy.*`` names."""
+    out = []
+    for name, value in headers:
+        if name == ORIGIN_TIMESTAMP:
+            continue
+        if name.startswith(STRING_KEY_PREFIX) and value[:1] == bytes([KIND_RAW]):
+            out.append((name[len(STRING_KEY_PREFIX):], value[1:]))
+        else:
+            out.append((name, value))
+    return tuple(out)
+
+
+def converted(records: list[Record], h: BatchHeader) -> bytes:
+    """A plain v2 batch of ``records`` (decoded from a batch stored otherwise, with absolute
+    offsets and timestamps): the stored batch's base offset, each record's own offset delta, no
+    message ids, uncompressed."""
+    base = h.base_offset
+    base_ts = min((r.timestamp for r in records), default=h.base_timestamp)
+    body = bytearray()
+    for r in records:
+        plain = r if r.message_id is None else dataclasses.replace(r, message_id=None)
+        if h.payload_format == FORMAT_IGGY:
+            plain = dataclasses.replace(plain, headers=plain_headers(plain.headers))
+        encode_record(body, plain, r.offset - base, base_ts)
+    last = records[-1].offset - base if records else 0
+    return assemble_batch(bytes(body), record_count=len(records), base_offset=base,
+                          attributes=h.attributes & ATTR_LOG_APPEND_TIME, base_timestamp=base_ts,
+                          max_timestamp=max((r.timestamp for r in records), default=base_ts),
+                          leader_epoch=h.leader_epoch, last_offset_delta=last)
+
+
+def for_kafka(data: bytes, start: int) -> bytes:
+    """The batches of a fetched window (whole stored batches, in log order) as a Kafka client
+    reads them: stored v2 batches as they are, the rest converted, those wholly before ``start``
+    left out (a converted batch keeps only records at or past ``start``)."""
+    out: list[bytes | memoryview] = []
+    view = memoryview(data)
+    for pos, h in iter_batches(data):
+        if h.next_offset <= start:
+            continue
+        if as_stored(data, pos, h):
+            out.append(view[pos:pos + h.size])
+            continue
+        recs = [r for r in decode_records(data, pos) if r.offset >= start]
+        if recs:
+            out.append(converted(recs, h))
+    if len(out) == 1:
+        return bytes(out[0])
+    return b"".join(out)

@@ -1,0 +1,467 @@
+"""The Kafka wire protocol bound to the broker (issue 17): kcat, librdkafka, kafka-python, aiokafka.
+
+Requests are decoded by the sans-IO codec (``bayou.protocols.kafka``: kio's schemas behind a
+bounds guard) and dispatched through one table keyed by API key (``HANDLERS``); each handler
+returns its response's fields by name, built for whatever version the client sent
+(``protocols/kafka/build.py``), and calls only the broker's facade. Requests are answered strictly
+in arrival order on the shared serve loop (server/frames.py), which Kafka requires of a broker
+(clients match responses to requests by order as well as by correlation id).
+
+The data path (this module): ApiVersions, Metadata, Produce, Fetch, ListOffsets,
+OffsetForLeaderEpoch, InitProducerId. Groups are in kafka_groups.py, topic and config
+administration in kafka_admin.py. A request that cannot be decoded closes its connection only
+(Kafka does the same); an ApiVersions at a version bayou does not know is answered with the
+UNSUPPORTED_VERSION fallback and the connection stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from bayou.broker import Broker
+from bayou.broker.authz import current_caller
+from bayou.broker.broker import Acks
+from bayou.errors import (
+    BayouError,
+    InvalidRequest,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
+    UnknownPartition,
+    UnknownTopic,
+)
+from bayou.protocols.kafka import codec
+from bayou.protocols.kafka.build import build
+from bayou.protocols.kafka.codes import (
+    SUPPORTED,
+    TRANSACTION_APIS,
+    ApiKey,
+    VersionRange,
+)
+from bayou.protocols.kafka.framing import MAX_REQUEST_SIZE, FrameReader, KafkaError
+from bayou.protocols.kafka.records import check_produced, for_kafka
+from bayou.records.formats import kafka_producer
+from bayou.server import kafka_admin, kafka_groups
+from bayou.server.base import Connection, Listener
+from bayou.server.frames import serve_frames
+from bayou.server.iggy.users import AuthFailure
+from bayou.server.kafka_context import (
+    ALL_OPERATIONS_OMITTED,
+    CLUSTER_ID,
+    CLUSTER_OPERATIONS,
+    TOPIC_OPERATIONS,
+    Advertised,
+    Fields,
+    Handler,
+    Login,
+    Request,
+    Session,
+    code_of,
+)
+from bayou.server.metering import UNKNOWN, RequestMeter
+
+log = logging.getLogger("bayou.kafka")
+
+MAX_WAIT_MS = 30_000  # a client's max wait is capped (Kafka's replica.fetch.wait.max.ms order)
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+SERVED: Mapping[ApiKey, VersionRange] = MappingProxyType({
+    **{k: r for k, r in SUPPORTED.items() if k not in TRANSACTION_APIS},
+    # SaslHandshake v0 is followed by raw SASL tokens outside Kafka's framing: only v1 is served
+    ApiKey.SASL_HANDSHAKE: VersionRange(1, 1)})
+"""What ApiVersions advertises: every API of ``SUPPORTED`` bayou serves today. Transactions are
+not served yet (a client that sees no AddPartitionsToTxn refuses transactional use up front)."""
+
+MECHANISMS = ("PLAIN",)
+
+class KafkaService:
+    """The Kafka front end of one broker, shared by every listener that speaks Kafka."""
+
+    def __init__(self, broker: Broker, served: Mapping[ApiKey, VersionRange] = SERVED,
+                 login: Login | None = None) -> None:
+        self.broker = broker
+        self.served = served
+        self.login = login  # SASL PLAIN's check of a user name and password
+        self.meter = RequestMeter("kafka")
+        # producer ids from the clock (ms << 8): unique across restarts without a stored counter
+        self._producer_ids = itertools.count(int(time.time() * 1000) << 8)
+
+    async def answer(self, frame: bytes, session: Session, advertised: Advertised) -> bytes | None:
+        """The response frame to one request frame (None: acks=0 produce, no response).
+        Raises KafkaError when the connection must close."""
+        try:
+            req = codec.decode_request(frame, self.served)
+        except KafkaError as exc:
+            if not exc.close and exc.reply is not None:
+                return exc.reply
+            raise
+        header = req.header
+        handler = HANDLERS.get(ApiKey(header.api_key))
+        started = time.perf_counter()
+        failed = True
+        name = ApiKey(header.api_key).name if handler is not None else UNKNOWN
+        try:
+            if handler is None:
+                raise KafkaError(f"api_key {header.api_key} has no handler")
+            ctx = Request(header.api_key, header.api_version, header.client_id or "",
+                          f"/{session.peer.rsplit(':', 1)[0]}", advertised, session)
+            fields = await handler(self, ctx, req.body)
+            failed = False
+        finally:
+            self.meter.record(name, started, failed)
+        if fields is None:
+            return None
+        body = build(codec.response_schema(header.api_key, header.api_version), **fields)
+        return codec.encode_response(header, body)
+
+    def next_producer_id(self) -> int:
+        return next(self._producer_ids)
+
+
+# -- ApiVersions, Metadata ----------------------------------------------------------------------
+
+
+async def api_versions(svc: KafkaService, req: Request, body: Any) -> Fields:
+    return {"api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                         for k, lo, hi in codec.api_versions(svc.served)],
+            "finalized_features_epoch": -1}
+
+
+def _partition_entries(svc: KafkaService, topic: str) -> list[Fields]:
+    out = []
+    for p in range(svc.broker.partition_count(topic)):
+        leader, replicas, isr = svc.broker.partition_replicas(topic, p)
+        out.append({"partition_index": p, "leader_id": leader, "leader_epoch": 0,
+                    "replica_nodes": replicas, "isr_nodes": isr, "offline_replicas": []})
+    return out
+
+
+async def metadata(svc: KafkaService, req: Request, body: Any) -> Fields:
+    broker = svc.broker
+    if body.topics is None or (req.version == 0 and not body.topics):
+        names = broker.visible_topics()
+        requested = False
+    else:
+        names = [t.name for t in body.topics if t.name is not None]
+        requested = True
+    auto = getattr(body, "allow_auto_topic_creation", True)
+    topic_ops = (TOPIC_OPERATIONS if getattr(body, "include_topic_authorized_operations", False)
+                 else ALL_OPERATIONS_OMITTED)
+    cluster_ops = (CLUSTER_OPERATIONS if getattr(body, "include_cluster_authorized_operations", False)
+                   else ALL_OPERATIONS_OMITTED)
+    topics: list[Fields] = []
+    for name in names:
+        entry: Fields = {"name": name, "is_internal": False, "topic_authorized_operations": topic_ops}
+        try:
+            if requested:
+                broker.check_topic_name(name)
+                if not await broker.has_topic(name):
+                    if not auto:
+                        raise UnknownTopic(f"unknown topic {name}")
+                    await broker.ensure_topic(name)
+                broker.check_describe(name)
+            entry["partitions"] = _partition_entries(svc, name)
+        except BayouError as exc:
+            entry["error_code"] = code_of(exc)
+        topics.append(entry)
+    return {"brokers": [req.advertised.broker()], "cluster_id": CLUSTER_ID,
+            "controller_id": req.advertised.node_id, "topics": topics,
+            "cluster_authorized_operations": cluster_ops}
+
+
+# -- Produce ------------------------------------------------------------------------------------
+
+
+async def _produce_partition(svc: KafkaService, topic: str, index: int, records: bytes | None,
+                             acks: Acks) -> Fields:
+    broker = svc.broker
+    entry: Fields = {"index": index, "base_offset": -1, "log_append_time": None,
+                     "log_start_offset": -1}
+    try:
+        if not records:
+            raise InvalidRequest("a produce without a record batch")
+        if not await broker.has_topic(topic):
+            raise UnknownTopic(f"unknown topic {topic}")
+        if not 0 <= index < broker.partition_count(topic):
+            raise UnknownPartition(f"topic {topic} has no partition {index}")
+        batch = bytearray(records)
+        h = check_produced(batch)
+        if h.producer_id >= 0 and h.base_sequence >= 0:
+            pid = kafka_producer(h.producer_id)
+            seqs = [(pid, h.producer_epoch, h.base_sequence + i + 1) for i in range(h.record_count)]
+
+            def whole(keep: list[bool]) -> tuple[bytes, None]:
+                if not all(keep):  # a batch overlapping one stored before: Kafka's batches are whole
+                    raise OutOfOrderSequence(f"batch at sequence {h.base_sequence} partly stored before")
+                return bytes(batch), None
+
+            result = await broker.produce_idempotent(topic, index, seqs, whole, acks)
+        else:
+            result = await broker.produce(topic, index, batch, acks, create=False)
+        entry["base_offset"] = result.base_offset
+        entry["log_start_offset"] = result.log_start_offset
+    except BayouError as exc:
+        entry["error_code"] = code_of(exc)
+        entry["error_message"] = exc.message
+    return entry
+
+
+async def produce(svc: KafkaService, req: Request, body: Any) -> Fields | None:
+    if body.transactional_id is not None:
+        responses = [{"name": t.name, "partition_responses": [
+            {"index": p.index, "error_code": ErrorCode.transactional_id_authorization_failed,
+             "base_offset": -1, "log_start_offset": -1} for p in t.partition_data]}
+            for t in body.topic_data]
+        return {"responses": responses}
+    try:
+        acks = Acks(body.acks)
+        if acks == Acks.ALL and not svc.broker.clustered:
+            # the in-sync replicas Metadata names are this broker alone (V1's standalone
+            # replicas, which acks=all of V1 waits for, are not Kafka's ISR)
+            acks = Acks.LEADER
+    except ValueError:
+        return {"responses": [{"name": t.name, "partition_responses": [
+            {"index": p.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1,
+             "log_start_offset": -1} for p in t.partition_data]} for t in body.topic_data]}
+    # every partition's append starts before any waits (fsync, acks=all): they share group commits
+    jobs = [[_produce_partition(svc, t.name, p.index, p.records, acks) for p in t.partition_data]
+            for t in body.topic_data]
+    flat = await asyncio.gather(*(j for row in jobs for j in row))
+    if acks == Acks.NONE:
+        return None
+    it = iter(flat)
+    return {"responses": [{"name": t.name, "partition_responses": [next(it) for _ in t.partition_data]}
+                          for t in body.topic_data]}
+
+
+# -- Fetch ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Part:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    fields: Fields = field(default_factory=dict)
+    size: int = 0
+
+
+async def _fetch_one(svc: KafkaService, p: _Part, budget: int) -> None:
+    broker = svc.broker
+    f: Fields = {"partition_index": p.partition, "high_watermark": -1, "last_stable_offset": -1,
+                 "log_start_offset": -1, "preferred_read_replica": -1, "records": None}
+    p.fields, p.size = f, 0
+    try:
+        if not await broker.has_topic(p.topic):
+            raise UnknownTopic(f"unknown topic {p.topic}")
+        if not 0 <= p.partition < broker.partition_count(p.topic):
+            raise UnknownPartition(f"topic {p.topic} has no partition {p.partition}")
+        broker.check_readable(p.topic, p.partition)
+        start, hw = broker.partition_bounds(p.topic, p.partition)
+        f.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
+        if p.offset > hw or p.offset < start:
+            raise OffsetOutOfRange(f"offset {p.offset} outside {start}..{hw}")
+        if p.offset == hw or budget <= 0:
+            f["records"] = b""
+            return
+        r = await broker.fetch(p.topic, p.partition, p.offset, max_bytes=min(p.max_bytes, budget))
+        f.update(high_watermark=r.high_watermark, last_stable_offset=r.high_watermark,
+                 log_start_offset=r.log_start_offset)
+        data = for_kafka(r.data, p.offset) if r.data else b""
+        f["records"] = data
+        p.size = len(data)
+    except BayouError as exc:
+        f["error_code"] = code_of(exc)
+
+
+async def _wait_for_data(svc: KafkaService, parts: list[_Part], wait_s: float) -> None:
+    """Return once any partition has records past its fetch offset, or after ``wait_s``: the
+    broker's long poll (min bytes 1) on each, the first to answer ending the others."""
+    polls = [asyncio.ensure_future(svc.broker.fetch(p.topic, p.partition, p.offset, max_bytes=1,
+                                                    max_wait_ms=int(wait_s * 1000)))
+             for p in parts]
+    try:
+        await asyncio.wait(polls, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in polls:
+            t.cancel()
+        await asyncio.gather(*polls, return_exceptions=True)
+
+
+async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
+    parts = [_Part(t.topic, p.partition, p.fetch_offset, max(0, p.partition_max_bytes))
+             for t in body.topics for p in t.partitions]
+    max_bytes = body.max_bytes if body.max_bytes > 0 else MAX_REQUEST_SIZE
+    deadline = time.monotonic() + min(max(0, body.max_wait.total_seconds()), MAX_WAIT_MS / 1000)
+    while True:
+        total = 0
+        for p in parts:
+            # at least one batch (the first partition with data) even past max_bytes, as Kafka
+            await _fetch_one(svc, p, max_bytes - total if total else max_bytes)
+            total += p.size
+        wait = deadline - time.monotonic()
+        if total >= max(1, body.min_bytes) or wait <= 0 or svc.broker.closing:
+            break
+        idle = [p for p in parts if not p.size and not p.fields.get("error_code")]
+        if not idle:  # every partition gave what it has: min_bytes is not reached by waiting here
+            break
+        await _wait_for_data(svc, idle, wait)
+    by_topic: dict[str, list[Fields]] = {}
+    for p in parts:
+        by_topic.setdefault(p.topic, []).append(p.fields)
+    return {"session_id": 0, "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+
+# -- ListOffsets, OffsetForLeaderEpoch, InitProducerId ------------------------------------------
+
+
+async def _offset_at(svc: KafkaService, topic: str, partition: int, timestamp: int) -> Fields:
+    broker = svc.broker
+    out: Fields = {"partition_index": partition, "timestamp": -1, "offset": -1, "leader_epoch": 0}
+    try:
+        if not await broker.has_topic(topic):
+            raise UnknownTopic(f"unknown topic {topic}")
+        broker.check_readable(topic, partition)
+        start, hw = broker.partition_bounds(topic, partition)
+        if timestamp == EARLIEST:
+            out["offset"] = start
+        elif timestamp in (LATEST, MAX_TIMESTAMP):
+            out["offset"] = hw
+        elif timestamp < 0:
+            raise InvalidRequest(f"timestamp {timestamp}")
+        else:
+            found = await broker.offset_for_timestamp(topic, partition, timestamp)
+            if found is not None:
+                out["offset"] = found
+                out["timestamp"] = timestamp
+    except BayouError as exc:
+        out["error_code"] = code_of(exc)
+    return out
+
+
+async def list_offsets(svc: KafkaService, req: Request, body: Any) -> Fields:
+    return {"topics": [{"name": t.name, "partitions": [
+        await _offset_at(svc, t.name, p.partition_index, p.timestamp) for p in t.partitions]}
+        for t in body.topics]}
+
+
+async def offset_for_leader_epoch(svc: KafkaService, req: Request, body: Any) -> Fields:
+    """bayou's leader epoch is 0 on a single broker: every epoch ends at the high watermark."""
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            entry: Fields = {"partition": p.partition, "leader_epoch": 0, "end_offset": -1}
+            try:
+                if not await svc.broker.has_topic(t.topic):
+                    raise UnknownTopic(f"unknown topic {t.topic}")
+                svc.broker.check_readable(t.topic, p.partition)
+                entry["end_offset"] = svc.broker.partition_bounds(t.topic, p.partition)[1]
+            except BayouError as exc:
+                entry["error_code"] = code_of(exc)
+            parts.append(entry)
+        topics.append({"topic": t.topic, "partitions": parts})
+    return {"topics": topics}
+
+
+async def init_producer_id(svc: KafkaService, req: Request, body: Any) -> Fields:
+    if body.transactional_id is not None:
+        return {"error_code": ErrorCode.transactional_id_authorization_failed, "producer_id": -1,
+                "producer_epoch": -1}
+    pid, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
+    if pid >= 0 and epoch >= 0:  # KIP-360: the producer bumps its epoch and restarts at 0
+        return {"producer_id": pid, "producer_epoch": (epoch + 1) % 32767}
+    return {"producer_id": svc.next_producer_id(), "producer_epoch": 0}
+
+
+# -- SASL ----------------------------------------------------------------------------------------
+
+
+async def sasl_handshake(svc: KafkaService, req: Request, body: Any) -> Fields:
+    if body.mechanism not in MECHANISMS:
+        return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": list(MECHANISMS)}
+    if req.session.mechanism is not None:  # one exchange per connection, as Kafka's
+        req.session.close = True
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": list(MECHANISMS)}
+    req.session.mechanism = body.mechanism
+    return {"mechanisms": list(MECHANISMS)}
+
+
+async def sasl_authenticate(svc: KafkaService, req: Request, body: Any) -> Fields:
+    """PLAIN (RFC 4616): ``authzid NUL authcid NUL password``, checked against the broker's users;
+    the connection's principal is then that user (broker/authz.py). A failure is answered, then
+    the connection closes (Kafka's behaviour: a client must not go on unauthenticated)."""
+    session = req.session
+    if session.mechanism is None or session.authenticated:
+        session.close = True
+        return {"error_code": ErrorCode.illegal_sasl_state,
+                "error_message": "SaslHandshake first, once per connection", "auth_bytes": b""}
+    parts = bytes(body.auth_bytes).split(b"\0")
+    try:
+        if len(parts) != 3 or svc.login is None:
+            raise AuthFailure("invalid_credentials")  # malformed, or no users to check against
+        authzid, user, password = (p.decode() for p in parts)
+        if authzid and authzid != user:
+            raise AuthFailure("invalid_credentials")  # acting as another user is not offered
+        principal = await svc.login(session.peer, user, password)
+    except (AuthFailure, UnicodeDecodeError):
+        session.close = True
+        return {"error_code": ErrorCode.sasl_authentication_failed,
+                "error_message": "Authentication failed: invalid credentials", "auth_bytes": b""}
+    caller = current_caller()
+    if caller is not None:
+        caller.login(principal)
+    session.authenticated = True
+    return {"auth_bytes": b"", "session_lifetime": 0}
+
+
+# -- dispatch ------------------------------------------------------------------------------------
+
+
+HANDLERS: dict[ApiKey, Handler] = {
+        ApiKey.API_VERSIONS: api_versions,
+        ApiKey.METADATA: metadata,
+        ApiKey.PRODUCE: produce,
+        ApiKey.FETCH: fetch,
+        ApiKey.LIST_OFFSETS: list_offsets,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
+        ApiKey.INIT_PRODUCER_ID: init_producer_id,
+        ApiKey.SASL_HANDSHAKE: sasl_handshake,
+        ApiKey.SASL_AUTHENTICATE: sasl_authenticate,
+        **kafka_groups.HANDLERS,
+        **kafka_admin.HANDLERS,
+    }
+"""The one dispatch table: API key -> handler (STYLE habit 5)."""
+
+
+def kafka_handler(service: KafkaService, advertised: Callable[[Listener], Advertised]
+                  ) -> Callable[..., Awaitable[None]]:
+    """The connection handler of a Kafka listener; ``first`` is bytes already read (the V1
+    port's first-byte sniff)."""
+    async def serve(conn: Connection, listener: Listener, first: bytes = b"") -> None:
+        where = advertised(listener)
+        session = Session(conn.peer)
+
+        async def handle(frame: bytes) -> bytes | None:
+            return await service.answer(frame, session, where)
+
+        async def refuse(exc: KafkaError) -> None:
+            log.info("closing Kafka connection: %s", exc.message, extra={"peer": conn.peer})
+
+        await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_REQUEST_SIZE)),
+                           handle, error=KafkaError, refuse=refuse, first=first,
+                           done=lambda: session.close)
+
+    return serve
+
+
+__all__ = ["Advertised", "KafkaService", "kafka_handler"]

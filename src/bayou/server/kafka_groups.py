@@ -1,0 +1,241 @@
+"""Kafka's group APIs on the broker's groups (server/kafka.py dispatches here).
+
+Membership is Kafka's classic protocol (broker/groups/classic.py: the client's assignor runs in
+the leader, the metadata and assignments stay opaque); committed offsets are the broker's one
+offset table, which V1, Cursus, Iggy and the SDK read and write too, so a group's lag and resets
+show in every tool. FindCoordinator names this broker (a single node coordinates every group).
+ListGroups, DescribeGroups and DeleteGroups see the groups of every protocol.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from bayou.broker.groups.coordinator import RTES_POLICY
+from bayou.errors import BayouError, GroupNotFound, InvalidRequest
+from bayou.protocols.kafka.codes import ApiKey
+from bayou.server.kafka_context import (
+    ALL_OPERATIONS_OMITTED,
+    GROUP_OPERATIONS,
+    Fields,
+    Handler,
+    Request,
+    code_of,
+)
+
+if TYPE_CHECKING:
+    from bayou.server.kafka import KafkaService
+
+CONSUMER = "consumer"
+
+
+async def find_coordinator(svc: KafkaService, req: Request, body: Any) -> Fields:
+    keys = list(getattr(body, "coordinator_keys", ()) or [getattr(body, "key", "")])
+    me = req.advertised.broker()
+    return {**me, "coordinators": [{"key": k, **me} for k in keys]}
+
+
+async def join_group(svc: KafkaService, req: Request, body: Any) -> Fields:
+    session = int(body.session_timeout.total_seconds() * 1000)
+    rebalance = getattr(body, "rebalance_timeout", None)
+    try:
+        result = await svc.broker.classic_groups.join(
+            body.group_id, body.member_id, client_id=req.client_id, client_host=req.client_host,
+            session_timeout_ms=session,
+            rebalance_timeout_ms=session if rebalance is None else int(rebalance.total_seconds() * 1000),
+            protocol_type=body.protocol_type,
+            protocols=[(p.name, p.metadata) for p in body.protocols],
+            group_instance_id=getattr(body, "group_instance_id", None))
+    except BayouError as exc:
+        return {"error_code": code_of(exc), "generation_id": -1, "member_id": body.member_id,
+                "protocol_name": None, "protocol_type": None}
+    return {"generation_id": result.generation, "protocol_type": result.protocol_type,
+            "protocol_name": result.protocol_name, "leader": result.leader,
+            "member_id": result.member_id,
+            "members": [{"member_id": m, "group_instance_id": i, "metadata": meta}
+                        for m, i, meta in result.members]}
+
+
+async def sync_group(svc: KafkaService, req: Request, body: Any) -> Fields:
+    try:
+        ptype, pname, assignment = await svc.broker.classic_groups.sync(
+            body.group_id, body.member_id, body.generation_id,
+            {a.member_id: a.assignment for a in body.assignments})
+    except BayouError as exc:
+        return {"error_code": code_of(exc), "assignment": b"", "protocol_type": None,
+                "protocol_name": None}
+    return {"protocol_type": ptype, "protocol_name": pname, "assignment": assignment}
+
+
+async def heartbeat(svc: KafkaService, req: Request, body: Any) -> Fields:
+    try:
+        svc.broker.classic_groups.heartbeat(body.group_id, body.member_id, body.generation_id)
+    except BayouError as exc:
+        return {"error_code": code_of(exc)}
+    return {}
+
+
+async def leave_group(svc: KafkaService, req: Request, body: Any) -> Fields:
+    members = getattr(body, "members", None)
+    ids = [m.member_id for m in members] if members is not None else [body.member_id]
+    results = svc.broker.classic_groups.leave(body.group_id, ids)
+    out: Fields = {"members": [{"member_id": mid, "group_instance_id": None,
+                                "error_code": ErrorCode.none if err is None else code_of(err)}
+                               for mid, err in zip(ids, results, strict=True)]}
+    if members is None and results[0] is not None:
+        out["error_code"] = code_of(results[0])
+    return out
+
+
+async def offset_commit(svc: KafkaService, req: Request, body: Any) -> Fields:
+    generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
+    member = getattr(body, "member_id", "")
+    group_error: ErrorCode | None = None
+    try:
+        svc.broker.classic_groups.check_commit(body.group_id, member, generation)
+    except BayouError as exc:
+        group_error = code_of(exc)
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            code = group_error
+            if code is None:
+                try:
+                    if not await svc.broker.has_topic(t.name):
+                        raise InvalidRequest(f"unknown topic {t.name}")
+                    if svc.broker.group_topic(body.group_id) is None:
+                        # a bayou group, so the other protocols' tools find it (and its lag)
+                        await svc.broker.register_group(body.group_id, t.name, RTES_POLICY)
+                    await svc.broker.commit_offset(body.group_id, t.name, p.partition_index,
+                                                   p.committed_offset)
+                    code = ErrorCode.none
+                except InvalidRequest:
+                    code = ErrorCode.unknown_topic_or_partition
+                except BayouError as exc:
+                    code = code_of(exc)
+            parts.append({"partition_index": p.partition_index, "error_code": code})
+        topics.append({"name": t.name, "partitions": parts})
+    return {"topics": topics}
+
+
+async def _group_offsets(svc: KafkaService, group: str, topics: Any) -> Fields:
+    out = []
+    if topics is None:  # every topic the group has offsets for
+        by_topic: dict[str, list[Fields]] = {}
+        for (topic, partition), offset in sorted(svc.broker.committed_offsets(group).items()):
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": partition, "committed_offset": offset,
+                 "committed_leader_epoch": -1, "metadata": ""})
+        return {"group_id": group, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+    for t in topics:
+        parts = []
+        for p in t.partition_indexes:
+            entry: Fields = {"partition_index": p, "committed_offset": -1,
+                             "committed_leader_epoch": -1, "metadata": ""}
+            try:
+                found = await svc.broker.current_committed_offset(group, t.name, p)
+                if found is not None:
+                    entry["committed_offset"] = found
+            except BayouError as exc:
+                entry["error_code"] = code_of(exc)
+            parts.append(entry)
+        out.append({"name": t.name, "partitions": parts})
+    return {"group_id": group, "topics": out}
+
+
+async def offset_fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
+    groups = getattr(body, "groups", None)
+    if groups is not None:  # v8+: several groups in one request
+        return {"groups": [await _group_offsets(svc, g.group_id, g.topics) for g in groups]}
+    return {"topics": (await _group_offsets(svc, body.group_id, body.topics))["topics"]}
+
+
+def _all_groups(svc: KafkaService) -> dict[str, str]:
+    """Group name -> protocol type, for every group of every protocol the caller may see."""
+    groups = {name: "" for name in svc.broker.list_groups()}
+    for name, g in svc.broker.classic_groups.groups.items():
+        groups[name] = g.protocol_type or CONSUMER
+    return groups
+
+
+async def list_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
+    wanted = {s.lower() for s in getattr(body, "states_filter", ())}
+    out = []
+    for name, ptype in sorted(_all_groups(svc).items()):
+        state = _state(svc, name)
+        if wanted and state.lower() not in wanted:
+            continue
+        out.append({"group_id": name, "protocol_type": ptype, "group_state": state,
+                    "group_type": "classic"})
+    return {"groups": out}
+
+
+def _state(svc: KafkaService, name: str) -> str:
+    if name in svc.broker.classic_groups.groups:
+        return svc.broker.classic_groups.describe(name).state
+    try:
+        return svc.broker.describe_group(name).state
+    except BayouError:
+        return "Empty"
+
+
+async def describe_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
+    out = []
+    for name in body.groups:
+        entry: Fields = {"group_id": name, "group_state": "Dead", "protocol_type": "",
+                         "protocol_data": "", "authorized_operations":
+                         GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False)
+                         else ALL_OPERATIONS_OMITTED}
+        try:
+            if name in svc.broker.classic_groups.groups:
+                d = svc.broker.classic_groups.describe(name)
+                entry.update(group_state=d.state, protocol_type=d.protocol_type,
+                             protocol_data=d.protocol_name, members=[
+                                 {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                                  "client_id": m.client_id, "client_host": m.client_host,
+                                  "member_metadata": m.metadata, "member_assignment": m.assignment}
+                                 for m in d.members])
+            elif name in svc.broker.list_groups():  # a V1, Cursus or Iggy group: its members, no metadata
+                g = svc.broker.describe_group(name)
+                entry.update(group_state=g.state, members=[
+                    {"member_id": mid, "client_id": mid, "client_host": ""} for mid, _seen, _p in g.members])
+        except BayouError as exc:
+            entry["error_code"] = code_of(exc)
+        out.append(entry)
+    return {"groups": out}
+
+
+async def delete_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
+    results = []
+    known = _all_groups(svc)
+    for name in body.groups_names:
+        code = ErrorCode.none
+        try:
+            if svc.broker.classic_groups.has_members(name) or svc.broker.group_members(name):
+                code = ErrorCode.non_empty_group  # a V1, Cursus or Iggy member counts too
+            elif name not in known and not svc.broker.committed_offsets(name):
+                raise GroupNotFound(f"group {name} not found")
+            else:
+                await svc.broker.delete_group(name)
+                svc.broker.classic_groups.delete(name)
+        except BayouError as exc:
+            code = code_of(exc)
+        results.append({"group_id": name, "error_code": code})
+    return {"results": results}
+
+
+HANDLERS: dict[ApiKey, Handler] = {
+    ApiKey.FIND_COORDINATOR: find_coordinator,
+    ApiKey.JOIN_GROUP: join_group,
+    ApiKey.SYNC_GROUP: sync_group,
+    ApiKey.HEARTBEAT: heartbeat,
+    ApiKey.LEAVE_GROUP: leave_group,
+    ApiKey.OFFSET_COMMIT: offset_commit,
+    ApiKey.OFFSET_FETCH: offset_fetch,
+    ApiKey.LIST_GROUPS: list_groups,
+    ApiKey.DESCRIBE_GROUPS: describe_groups,
+    ApiKey.DELETE_GROUPS: delete_groups,
+}

@@ -1,0 +1,219 @@
+"""Bad input on the Kafka front end gets Kafka's error code for it, over a real socket to a broker
+subprocess: a malformed frame closes only its own connection, a refused batch stores nothing, and
+the idempotent producer's replays are acknowledged and stored once while a gap is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from bayou.protocols.kafka import codec
+from bayou.protocols.kafka.build import build
+from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
+from bayou.records.batch import Record, decode_records, encode_batch, iter_batches
+from support.brokers import BrokerProcess, LineConn
+from support.kafka import KafkaConn, frame, running_broker
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with running_broker(tmp_path_factory.mktemp("kafka-bad")) as b:
+        yield b
+
+
+@pytest.fixture
+async def conn(broker: BrokerProcess) -> AsyncIterator[KafkaConn]:
+    c = await KafkaConn.open(broker.port)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+def name() -> str:
+    return f"bad-{uuid.uuid4().hex[:10]}"
+
+
+async def create(c: KafkaConn, topic: str, partitions: int = 1, **config: str) -> None:
+    resp = await c.call(ApiKey.CREATE_TOPICS, timeout=5000, topics=[
+        {"name": topic, "num_partitions": partitions, "replication_factor": 1,
+         "configs": [{"name": k.replace("_", "."), "value": v} for k, v in config.items()]}])
+    assert resp.topics[0].error_code == ErrorCode.none, resp
+
+
+async def produce(c: KafkaConn, topic: str, records: bytes, partition: int = 0, acks: int = -1) -> Any:
+    resp = await c.call(ApiKey.PRODUCE, acks=acks, timeout=5000, topic_data=[
+        {"name": topic, "partition_data": [{"index": partition, "records": records}]}])
+    return resp.responses[0].partition_responses[0]
+
+
+async def stored(c: KafkaConn, topic: str, partition: int = 0) -> list[bytes]:
+    resp = await c.call(ApiKey.FETCH, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=1 << 20,
+                        session_epoch=-1, topics=[{"topic": topic, "partitions": [
+                            {"partition": partition, "fetch_offset": 0, "current_leader_epoch": -1,
+                             "last_fetched_epoch": -1, "log_start_offset": -1,
+                             "partition_max_bytes": 1 << 20}]}])
+    data = resp.responses[0].partitions[0].records or b""
+    return [r.value for pos, _h in iter_batches(data) for r in decode_records(data, pos)]
+
+
+def batch(*values: bytes, producer_id: int = -1, epoch: int = -1, sequence: int = -1) -> bytes:
+    return encode_batch([Record(value=v, timestamp=1) for v in values], producer_id=producer_id,
+                        producer_epoch=epoch, base_sequence=sequence)
+
+
+async def test_a_bad_crc_is_corrupt_message_and_stores_nothing(conn: KafkaConn) -> None:
+    topic = name()
+    await create(conn, topic)
+    damaged = bytearray(batch(b"x"))
+    damaged[-1] ^= 0x01
+    assert (await produce(conn, topic, bytes(damaged))).error_code == ErrorCode.corrupt_message
+    assert await stored(conn, topic) == []
+
+
+async def test_a_batch_over_max_message_bytes_is_message_too_large(conn: KafkaConn) -> None:
+    topic = name()
+    await create(conn, topic, max_message_bytes="200")
+    assert (await produce(conn, topic, batch(b"y" * 500))).error_code == ErrorCode.message_too_large
+    assert (await produce(conn, topic, batch(b"small"))).error_code == ErrorCode.none
+    assert await stored(conn, topic) == [b"small"]
+
+
+async def test_unknown_topics_and_partitions(conn: KafkaConn) -> None:
+    topic = name()
+    await create(conn, topic, 2)
+    assert (await produce(conn, name(), batch(b"x"))).error_code == ErrorCode.unknown_topic_or_partition
+    assert (await produce(conn, topic, batch(b"x"), partition=2)).error_code == \
+        ErrorCode.unknown_topic_or_partition
+    meta = await conn.call(ApiKey.METADATA, topics=[{"name": "bad name!"}, {"name": name()}],
+                           allow_auto_topic_creation=False)
+    assert [t.error_code for t in meta.topics] == [ErrorCode.invalid_topic_exception,
+                                                   ErrorCode.unknown_topic_or_partition]
+
+
+async def test_invalid_acks_and_acks_zero(conn: KafkaConn) -> None:
+    topic = name()
+    await create(conn, topic)
+    assert (await produce(conn, topic, batch(b"x"), acks=2)).error_code == ErrorCode.invalid_required_acks
+    body = build(codec.request_schema(ApiKey.PRODUCE, 9), acks=0, timeout=5000, topic_data=[
+        {"name": topic, "partition_data": [{"index": 0, "records": batch(b"fire-and-forget")}]}])
+    await conn.send(frame(ApiKey.PRODUCE, 9, 500, body))  # no response comes: the next is ApiVersions'
+    versions = await conn.call(ApiKey.API_VERSIONS, 0)
+    assert versions.error_code == ErrorCode.none
+    assert await stored(conn, topic) == [b"fire-and-forget"]
+
+
+async def test_an_unserved_version_closes_only_that_connection(broker: BrokerProcess,
+                                                               conn: KafkaConn) -> None:
+    topic = name()
+    await create(conn, topic)
+    other = await KafkaConn.open(broker.port)
+    try:
+        newest = SUPPORTED[ApiKey.PRODUCE].max
+        body = build(codec.request_schema(ApiKey.PRODUCE, newest), acks=1, timeout=5000, topic_data=[])
+        data = bytearray(frame(ApiKey.PRODUCE, newest, 9, body))
+        struct.pack_into(">h", data, 6, newest + 1)  # Produce v13 names topics by id: not served
+        await other.send(bytes(data))
+        assert await other.is_closed()
+    finally:
+        await other.close()
+    assert (await produce(conn, topic, batch(b"still-here"))).error_code == ErrorCode.none
+
+
+async def test_a_garbage_size_closes_the_connection_and_v1_still_answers(broker: BrokerProcess) -> None:
+    c = await KafkaConn.open(broker.port)
+    try:
+        await c.send(b"\x06\xff\xff\xff")  # 117 MB: over the 100 MiB request cap
+        assert await c.is_closed()
+    finally:
+        await c.close()
+    v1 = await LineConn.open(broker.port)
+    try:
+        assert await v1.ask("V1|1|PING|") == "V1|1|OK"
+    finally:
+        await v1.close()
+
+
+async def test_the_idempotent_producer_rules(conn: KafkaConn) -> None:
+    topic = name()
+    await create(conn, topic)
+    init = await conn.call(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout=60000,
+                           producer_id=-1, producer_epoch=-1)
+    assert init.error_code == ErrorCode.none
+    pid, epoch = init.producer_id, init.producer_epoch
+    first = await produce(conn, topic, batch(b"a", b"b", producer_id=pid, epoch=epoch, sequence=0))
+    assert (first.error_code, first.base_offset) == (ErrorCode.none, 0)
+    replay = await produce(conn, topic, batch(b"a", b"b", producer_id=pid, epoch=epoch, sequence=0))
+    assert replay.error_code == ErrorCode.none  # acknowledged, not stored again
+    gap = await produce(conn, topic, batch(b"d", producer_id=pid, epoch=epoch, sequence=5))
+    assert gap.error_code == ErrorCode.out_of_order_sequence_number
+    nxt = await produce(conn, topic, batch(b"c", producer_id=pid, epoch=epoch, sequence=2))
+    assert (nxt.error_code, nxt.base_offset) == (ErrorCode.none, 2)
+    assert await stored(conn, topic) == [b"a", b"b", b"c"]
+    # a new epoch (KIP-360 bump) starts at sequence 0; the old epoch is fenced
+    bumped = await conn.call(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout=60000,
+                             producer_id=pid, producer_epoch=epoch)
+    assert (bumped.producer_id, bumped.producer_epoch) == (pid, epoch + 1)
+    assert (await produce(conn, topic, batch(b"e", producer_id=pid, epoch=epoch + 1,
+                                             sequence=0))).error_code == ErrorCode.none
+    stale = await produce(conn, topic, batch(b"f", producer_id=pid, epoch=epoch, sequence=3))
+    assert stale.error_code == ErrorCode.producer_fenced
+    assert await stored(conn, topic) == [b"a", b"b", b"c", b"e"]
+
+
+async def test_a_transactional_producer_is_refused_up_front(conn: KafkaConn) -> None:
+    versions = await conn.call(ApiKey.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+    served = {k.api_key for k in versions.api_keys}
+    assert ApiKey.ADD_PARTITIONS_TO_TXN not in served and ApiKey.END_TXN not in served
+    init = await conn.call(ApiKey.INIT_PRODUCER_ID, transactional_id="tx", transaction_timeout=60000,
+                           producer_id=-1, producer_epoch=-1)
+    assert init.error_code == ErrorCode.transactional_id_authorization_failed
+
+
+async def test_requests_pipelined_are_answered_in_order(broker: BrokerProcess) -> None:
+    c = await KafkaConn.open(broker.port)
+    try:
+        body = build(codec.request_schema(ApiKey.API_VERSIONS, 0))
+        await c.send(b"".join(frame(ApiKey.API_VERSIONS, 0, i, body) for i in range(1, 21)))
+        ids = [struct.unpack_from(">i", await c.recv())[0] for _ in range(20)]
+        assert ids == list(range(1, 21))
+    finally:
+        await c.close()
+
+
+async def test_a_long_poll_answers_at_its_max_wait(conn: KafkaConn) -> None:
+    topic = name()
+    await create(conn, topic)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    resp = await conn.call(ApiKey.FETCH, replica_id=-1, max_wait=300, min_bytes=1, max_bytes=1 << 20,
+                           session_epoch=-1, topics=[{"topic": topic, "partitions": [
+                               {"partition": 0, "fetch_offset": 0, "current_leader_epoch": -1,
+                                "last_fetched_epoch": -1, "log_start_offset": -1,
+                                "partition_max_bytes": 1 << 20}]}])
+    assert loop.time() - started >= 0.25
+    assert resp.responses[0].partitions[0].records in (b"", None)
+
+
+async def test_a_group_with_members_of_another_protocol_is_not_deleted(broker: BrokerProcess,
+                                                                      conn: KafkaConn) -> None:
+    topic = name()
+    await create(conn, topic)
+    v1 = await LineConn.open(broker.port)
+    try:
+        assert "generation=" in await v1.ask(f"V1|1|JOIN|v1-group-{topic} {topic} m1")
+        resp = await conn.call(ApiKey.DELETE_GROUPS, groups_names=[f"v1-group-{topic}", "no-such-group"])
+        assert [r.error_code for r in resp.results] == [ErrorCode.non_empty_group,
+                                                        ErrorCode.group_id_not_found]
+        listed = await conn.call(ApiKey.LIST_GROUPS)
+        assert f"v1-group-{topic}" in {g.group_id for g in listed.groups}
+    finally:
+        await v1.close()

@@ -1,0 +1,89 @@
+"""Test helpers for the Kafka protocol: a raw client on bayou's own codec (the behavioural suite's
+adapter and the bad-input tests), the real clients' skips, and a broker whose V1 port serves Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import shutil
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bayou.protocols.kafka import codec
+from bayou.protocols.kafka.build import build
+from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
+from bayou.protocols.kafka.framing import RequestHeader
+from support.brokers import BrokerProcess
+
+_SIZE = struct.Struct(">i")
+KCAT = shutil.which("kcat")
+NO_KCAT = "kcat is not installed (Debian's kcat package: make test installs it)"
+
+
+@contextmanager
+def running_broker(root: Path, *extra: str) -> Iterator[BrokerProcess]:
+    """A broker subprocess (fsync=never) for a module's Kafka tests; its V1 port serves Kafka."""
+    b = BrokerProcess(root / "data", *extra, fsync="never").start(timeout=90)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def frame(api_key: int, version: int, correlation_id: int, body: Any, client_id: str = "bayou-test"
+          ) -> bytes:
+    """A whole request frame (size prefix included) of a kio body."""
+    header = RequestHeader(api_key, version, correlation_id, client_id,
+                           codec.request_is_flexible(api_key, version), 0)
+    return codec.encode_request(header, body)
+
+
+class KafkaConn:
+    """One connection speaking Kafka: ``call`` sends a request built from fields (every version)
+    and returns the decoded response body."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self._ids = itertools.count(1)
+
+    @classmethod
+    async def open(cls, port: int, host: str = "127.0.0.1") -> KafkaConn:
+        r, w = await asyncio.open_connection(host, port)
+        return cls(r, w)
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.writer.wait_closed()
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def recv(self, timeout: float = 10.0) -> bytes:
+        """The next response frame, without its size."""
+        (size,) = _SIZE.unpack(await asyncio.wait_for(self.reader.readexactly(4), timeout))
+        return await asyncio.wait_for(self.reader.readexactly(size), timeout)
+
+    async def call(self, api_key: ApiKey, version: int | None = None, *, wait_s: float = 10.0,
+                   **fields: Any) -> Any:
+        """(``timeout`` is a request field of Produce and the admin APIs: the reply's own wait is
+        ``wait_s``.)"""
+        v = SUPPORTED[api_key].max if version is None else version
+        cid = next(self._ids)
+        body = build(codec.request_schema(api_key, v), **fields)
+        await self.send(frame(api_key, v, cid, body))
+        got, resp = codec.decode_response(await self.recv(wait_s), api_key, v)
+        assert got == cid, (got, cid)
+        return resp
+
+    async def is_closed(self, timeout: float = 5.0) -> bool:
+        try:
+            return await asyncio.wait_for(self.reader.read(1), timeout) == b""
+        except (ConnectionError, TimeoutError):
+            return True

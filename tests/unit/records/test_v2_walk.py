@@ -1,0 +1,58 @@
+"""The records walk a Kafka produce checks with (records/v2.py ``walk_v2``) accepts what
+``decode_v2`` decodes and refuses what it refuses (but a header name that is not UTF-8, which only
+the decode reads), without building records; ``has_message_ids`` reads lengths and attributes."""
+
+from __future__ import annotations
+
+import pytest
+
+from bayou.errors import CorruptRecord
+from bayou.records.batch import HEADER_SIZE, decode_header, encode_batch
+from bayou.records.model import Record
+from bayou.records.v2 import decode_v2, has_message_ids, walk_v2
+
+
+def section(records: list[Record]) -> tuple[bytes, object]:
+    batch = encode_batch(records)
+    return batch[HEADER_SIZE:], decode_header(batch)
+
+
+RECORDS = [Record(value=b"v" * n, key=None if n % 3 == 0 else b"k" * n, timestamp=1000 + n,
+                  headers=tuple((f"h{i}", b"x" * i) for i in range(n % 4)),
+                  message_id=7 if n == 5 else None) for n in range(0, 70, 5)]
+
+
+def test_the_walk_agrees_with_the_decode() -> None:
+    plain = [r for r in RECORDS if r.message_id is None]
+    data, h = section(plain)
+    assert walk_v2(data, len(plain)) is False and not has_message_ids(data, len(plain))
+    data, h = section(RECORDS)
+    assert walk_v2(data, len(RECORDS)) is True and has_message_ids(data, len(RECORDS))
+    assert len(decode_v2(data, h)) == len(RECORDS)  # type: ignore[arg-type]
+
+
+def test_every_damage_the_decode_refuses_the_walk_refuses() -> None:
+    data, h = section(RECORDS[:6])
+    for pos in range(len(data)):
+        for flip in (0x01, 0x40, 0x80):
+            damaged = bytearray(data)
+            damaged[pos] ^= flip
+            try:
+                decode_v2(bytes(damaged), h)  # type: ignore[arg-type]
+            except CorruptRecord as exc:
+                if "UTF-8" in exc.message:
+                    continue
+                with pytest.raises(CorruptRecord):
+                    walk_v2(bytes(damaged), 6)
+    for cut in range(len(data)):
+        with pytest.raises(CorruptRecord):
+            walk_v2(data[:cut], 6)
+
+
+def test_a_null_value_is_refused_as_the_model_has_none() -> None:
+    data, _h = section([Record(value=b"", timestamp=1)])
+    # length 6 | attrs 0 | ts 0 | offset 0 | key -1 | value -1 (a tombstone) | 0 headers
+    tombstone = bytes([12, 0, 0, 0, 1, 1, 0])
+    assert walk_v2(data, 1) is False
+    with pytest.raises(CorruptRecord, match="value length"):
+        walk_v2(tombstone, 1)
