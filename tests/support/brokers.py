@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -125,6 +126,7 @@ class BrokerProcess:
         """Start the subprocess and wait until every listener that is on accepts connections
         (``wait=False``: return at once, e.g. to watch the HTTP port during crash recovery)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        since = self.log_path.stat().st_size if self.log_path.exists() else 0  # this start's lines
         logf = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bayou", "serve", "--data-dir", str(self.data_dir),
@@ -150,14 +152,34 @@ class BrokerProcess:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}: {self.log()}")
             try:
                 with socket.create_connection(("127.0.0.1", ports[0]), timeout=0.5):
-                    ports.pop(0)
+                    pass
             except OSError:
+                time.sleep(0.05)
+                continue
+            # and bound by this broker: a port another process took meanwhile accepts too (the
+            # broker then fails to bind it and exits, handled above), so it counts once the broker
+            # has logged that it listens there
+            if self._logged_listening(ports[0], since):
+                ports.pop(0)
+            else:
                 time.sleep(0.05)
         if not ports:
             return self
         self.proc.kill()  # a broker that never came up must not outlive the test
         self.proc.wait(10)
         raise TimeoutError(f"broker did not listen on {ports[0]}: {self.log()}")
+
+    def _logged_listening(self, port: int, since: int) -> bool:
+        """Whether this start's log lines (from byte ``since``) say it listens on ``port``
+        (JSON ``"port": N`` or text ``port=N``)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return False
+        return any("listening" in line and re.search(rf"\bport\W+{port}\b", line)
+                   for line in text.splitlines())
 
     def _off(self, name: str) -> bool:
         """Whether the extra arguments turn listener ``name`` off (the last flag wins)."""
