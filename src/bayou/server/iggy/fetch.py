@@ -126,6 +126,9 @@ class FetchHandlers:
             if not r.data:
                 break
             data = r.data
+            # The read clamps to the log start now, which retention may have moved past the
+            # high watermark taken before it: what it returned is bounded by its own.
+            hw = max(hw, r.high_watermark)
 
             async def decode(pos: int, _h: BatchHeader, data: bytes = data) -> list[Record]:
                 return await decode_stored(data, pos)
