@@ -21,7 +21,7 @@ class EventHandlers:
         self.store = EventStore(ctx.broker)
 
     def _event_topic(self, topic: str) -> None:
-        if topic not in self.broker.topics:
+        if not self.broker.topic_exists(topic):
             raise err("topic_not_found", ("topic", topic))
         if not self.broker.topic_flag(topic, "event.sourcing"):
             raise err("event_sourcing_not_enabled", ("topic", topic))

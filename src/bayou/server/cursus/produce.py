@@ -58,7 +58,7 @@ class ProduceHandlers:
         else:
             batch, stamp = _message_batch(body, starts)
             await self.broker.produce(topic, partition, batch, acks, stamp=stamp, create=False)
-        return self.broker.partition(topic, partition).log.next_offset - 1
+        return self.broker.log_end_offset(topic, partition) - 1
 
     async def produce_batch(self, body: bytes, head: cb.BatchHead) -> bytes:
         level = rq.parse_acks(head.acks)
@@ -68,8 +68,7 @@ class ProduceHandlers:
         starts = cb.message_starts(body, head)
         if head.count == 0:
             raise err("broker_error", ("reason", "empty batch messages"))
-        if not await self.broker.has_topic(head.topic):
-            raise err("topic_not_found", ("topic", head.topic))
+        await self.ctx.topic_exists(head.topic)
         n = self.broker.partition_count(head.topic)
         if not 0 <= head.partition < n:
             raise err("partition_not_found", ("partition", head.partition))
