@@ -398,6 +398,10 @@ class Broker:
         part = self.partition(topic, partition)
         return part.log.log_start_offset, part.high_watermark
 
+    def log_end_offset(self, topic: str, partition: int) -> int:
+        """The offset the partition's next record will get (past what is stored, acknowledged or not)."""
+        return self.partition(topic, partition).log.next_offset
+
     def partition_dir(self, topic: str, partition: int) -> Path:
         """The directory holding the partition's log (TANK keeps a per-partition config file there)."""
         return self.partition(topic, partition).log.dir

@@ -40,6 +40,7 @@ async def test_topic_and_partition_lookups(tmp_path: Path) -> None:
         now = int(time.time() * 1000)
         await b.produce("t", 1, encode_batch([Record(b"a", None, now), Record(b"b", None, now)]))
         assert b.partition_bounds("t", 1) == (0, 2)
+        assert (b.log_end_offset("t", 1), b.log_end_offset("t", 0)) == (2, 0)
         with pytest.raises(UnknownPartition):
             b.partition_bounds("t", 3)
         assert b.partition_dir("t", 2) == tmp_path / "d" / "topics" / "t" / "2"

@@ -75,7 +75,7 @@ class EventStore:
 
     async def _versions(self, topic: str) -> dict[bytes, int]:
         known = self.versions.get(topic)
-        if known is not None and topic in self.broker.topics:
+        if known is not None and self.broker.topic_exists(topic):
             return known
         known = {}
         for p in range(self.broker.partition_count(topic)):
@@ -86,9 +86,8 @@ class EventStore:
         return known
 
     async def _scan(self, topic: str, partition: int, key: bytes | None):  # type: ignore[no-untyped-def]
-        part = self.broker.partition(topic, partition)
-        offset = part.log.log_start_offset
-        while offset < part.high_watermark:
+        offset = self.broker.partition_bounds(topic, partition)[0]
+        while offset < self.broker.partition_bounds(topic, partition)[1]:  # (the high watermark)
             res = await self.broker.fetch(topic, partition, offset, max_bytes=4 << 20,
                                           from_log_start=True)  # retention may move the start
             if not res.data:
