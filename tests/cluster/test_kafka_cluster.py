@@ -132,6 +132,74 @@ def test_every_broker_names_the_same_group_coordinator(cluster: Cluster) -> None
         assert asyncio.run(_join(elsewhere.port, group)) == ErrorCode.not_coordinator
 
 
+async def _end_offset(port: int, topic: str) -> int:
+    conn = await KafkaConn.open(port)
+    try:
+        resp = await conn.call(ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=0, topics=[
+            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                            "timestamp": -1}]}])
+        part = resp.topics[0].partitions[0]
+        assert part.error_code == ErrorCode.none, part
+        return int(part.offset)
+    finally:
+        await conn.close()
+
+
+def test_acks_all_below_min_insync_is_not_enough_replicas_and_stores_nothing(cluster: Cluster) -> None:
+    topic = "kminisr"
+    create_topic(cluster, topic, 1, {"min.insync.replicas": "3"})
+    leader = cluster.leader(topic, 0)
+    port = cluster.brokers[leader].port
+    assert asyncio.run(_raw_produce(port, topic, 0, acks=-1)).error_code == ErrorCode.none
+    follower = next(i for i in cluster.brokers if i != leader)
+    cluster.brokers[follower].kill()
+    cluster.wait(lambda: follower not in cluster.isr(topic, 0), 30, "the killed follower out of the ISR")
+    end = asyncio.run(_end_offset(port, topic))
+    got = asyncio.run(_raw_produce(port, topic, 0, acks=-1))
+    assert got.error_code == ErrorCode.not_enough_replicas, got
+    assert asyncio.run(_end_offset(port, topic)) == end  # refused before anything was appended
+    got = asyncio.run(_raw_produce(port, topic, 0, acks=1))  # the leader alone may still take it
+    assert got.error_code == ErrorCode.none and got.base_offset == end, got
+
+
+def test_a_consumer_group_commits_through_one_broker_and_resumes_through_another(cluster: Cluster) -> None:
+    """The group's coordinator is found from whichever broker a member bootstraps from, and its
+    committed offsets are the cluster's."""
+    topic, group = "kgroup", "kgroup-readers"
+    create_topic(cluster, topic, 3)
+    p = Producer({"bootstrap.servers": bootstrap(cluster, 1), "acks": "all"})
+    for i in range(90):
+        p.produce(topic, value=b"%03d" % i, partition=i % 3)
+    assert p.flush(60) == 0
+    coordinator, _port = asyncio.run(_coordinator(cluster.brokers[1].port, group))
+    first, second = (i for i in sorted(cluster.brokers) if i != coordinator)
+
+    def read(broker_id: int, n: int) -> list[bytes]:
+        c = Consumer({"bootstrap.servers": bootstrap(cluster, broker_id), "group.id": group,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        got: list[bytes] = []
+        try:
+            c.subscribe([topic])
+            deadline = time.monotonic() + 60
+            while len(got) < n:
+                assert time.monotonic() < deadline, f"consumed {len(got)} of {n}"
+                m = c.poll(0.5)
+                if m is None:
+                    continue
+                assert m.error() is None, m.error()
+                got.append(m.value())
+            c.commit(asynchronous=False)
+        finally:
+            c.close()
+        return got
+
+    assert sorted(read(first, 90)) == [b"%03d" % i for i in range(90)]
+    for i in range(90, 120):
+        p.produce(topic, value=b"%03d" % i, partition=i % 3)
+    assert p.flush(60) == 0
+    assert sorted(read(second, 30)) == [b"%03d" % i for i in range(90, 120)]  # from the commits on
+
+
 class Acked:
     """The delivery reports of a confluent-kafka producer: values acknowledged, and failures."""
 
