@@ -485,6 +485,50 @@ class Broker:
         return [Endpoint(b, reg.host, reg.endpoints[listener], b == controller)
                 for b, reg in sorted(cluster.live_brokers().items()) if listener in reg.endpoints]
 
+    def group_coordinator(self, group: str, listeners: Sequence[str]) -> Endpoint | None:
+        """Cluster mode: the live broker coordinating ``group`` for a protocol served on any of
+        ``listeners`` (FNV-1a of the name over those brokers, as Cursus' groups: every broker
+        agrees, and a dead coordinator's groups move to a live one), at the first of ``listeners``
+        it has. None when standalone, or while no such broker is known."""
+        cluster = self.cluster
+        if cluster is None:
+            return None
+        reg = cluster.coordinator_of(group, tuple(listeners))
+        if reg is None:
+            return None
+        name = next(n for n in listeners if n in reg.endpoints)
+        controller = cluster.snapshot.controller if cluster.snapshot is not None else None
+        return Endpoint(reg.broker_id, reg.host, reg.endpoints[name], reg.broker_id == controller)
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch as this broker last read it: 0 standalone (one leader,
+        ever), -1 in cluster mode while no state is known."""
+        if self.cluster is None:
+            return 0
+        return self.cluster.partition_leader(topic, partition)[1]
+
+    async def check_leads(self, topic: str, partition: int) -> None:
+        """Cluster mode: NotLeader (naming the leader) unless this broker leads the partition,
+        for clients that read only at the leader (Kafka's); a leadership ZooKeeper already gives
+        this broker is waited for briefly, as a produce does. Standalone: nothing."""
+        cluster = self.cluster
+        if cluster is None:
+            return
+        part = self.ctx.partition(topic, partition)
+        if part.cluster is None or not part.cluster.is_leader:
+            await cluster.await_leadership(topic, partition)
+        self.ctx.check_leader(part)
+
+    def epoch_end(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+        """KIP-101's answer for ``epoch``: (the largest leader epoch <= ``epoch`` this replica
+        knows, the offset where it ends here: the next epoch's start, or the log end for the
+        newest); (-1, -1) when it knows none older. Standalone (one epoch, 0, never truncated):
+        (0, the high watermark)."""
+        part = self.ctx.partition(topic, partition)
+        if self.cluster is None or part.epochs is None:
+            return 0, part.high_watermark
+        return part.epochs.end_offset_for(epoch, part.log.next_offset)
+
     async def fetch_at_leader(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
         """A consumer's read at the partition's leader, for a broker holding no replica of it
         (cluster mode): batches from ``offset`` below the leader's high watermark, with that

@@ -269,8 +269,10 @@ class BayouServer:
         return await self.iggy.credentials_principal(peer, user, password)
 
     def kafka_advertised(self, listener: Listener) -> KafkaAdvertised:
-        """What Metadata tells a client of ``listener``: the advertised host, the listener's port."""
-        return KafkaAdvertised(self.broker.config.broker_id, self.config.advertised_host, listener.port)
+        """What Metadata tells a client of ``listener``: the advertised host, the listener's port
+        (in cluster mode every broker's listener of that name, as each registered it)."""
+        return KafkaAdvertised(self.broker.config.broker_id, self.config.advertised_host, listener.port,
+                               listener.name)
 
     async def _listen(self, name: str, addr: tuple[str, int], limits: ConnectionLimits,
                       admission: Admission) -> None:

@@ -64,6 +64,7 @@ from bayou.server.kafka_context import (
     Login,
     Request,
     Session,
+    cluster_brokers,
     code_of,
 )
 from bayou.server.metering import UNKNOWN, RequestMeter
@@ -81,6 +82,7 @@ SERVED: Mapping[ApiKey, VersionRange] = MappingProxyType({
 not served yet (a client that sees no AddPartitionsToTxn refuses transactional use up front)."""
 
 MECHANISMS = ("PLAIN",)
+PRODUCER_ID_STRIDE = 1024  # broker ids 0..1023 get producer ids of their own (ms << 18 < 2**63)
 
 class KafkaService:
     """The Kafka front end of one broker, shared by every listener that speaks Kafka."""
@@ -91,8 +93,12 @@ class KafkaService:
         self.served = served
         self.login = login  # SASL PLAIN's check of a user name and password
         self.meter = RequestMeter("kafka")
-        # producer ids from the clock (ms << 8): unique across restarts without a stored counter
-        self._producer_ids = itertools.count(int(time.time() * 1000) << 8)
+        # producer ids from the clock (ms << 8): unique across restarts without a stored counter;
+        # the low bits are the broker id, so the brokers of a cluster never hand out the same one
+        # (a producer keeps its id when its partitions' leaders move)
+        self._producer_ids = itertools.count(
+            (int(time.time() * 1000) << 8) * PRODUCER_ID_STRIDE
+            + broker.config.broker_id % PRODUCER_ID_STRIDE, PRODUCER_ID_STRIDE)
 
     async def answer(self, frame: bytes, session: Session, advertised: Advertised) -> bytes | None:
         """The response frame to one request frame (None: acks=0 produce, no response).
@@ -135,12 +141,18 @@ async def api_versions(svc: KafkaService, req: Request, body: Any) -> Fields:
             "finalized_features_epoch": -1}
 
 
-def _partition_entries(svc: KafkaService, topic: str) -> list[Fields]:
+def _partition_entries(svc: KafkaService, topic: str, live: set[int]) -> list[Fields]:
+    """Each partition's leader, epoch, replicas and ISR as the cluster has them (this broker
+    alone standalone); LEADER_NOT_AVAILABLE while none leads it, so clients ask again."""
     out = []
     for p in range(svc.broker.partition_count(topic)):
         leader, replicas, isr = svc.broker.partition_replicas(topic, p)
-        out.append({"partition_index": p, "leader_id": leader, "leader_epoch": 0,
-                    "replica_nodes": replicas, "isr_nodes": isr, "offline_replicas": []})
+        entry: Fields = {"partition_index": p, "leader_id": leader,
+                         "leader_epoch": svc.broker.leader_epoch(topic, p), "replica_nodes": replicas,
+                         "isr_nodes": isr, "offline_replicas": [r for r in replicas if r not in live]}
+        if leader < 0:
+            entry["error_code"] = ErrorCode.leader_not_available
+        out.append(entry)
     return out
 
 
@@ -157,6 +169,8 @@ async def metadata(svc: KafkaService, req: Request, body: Any) -> Fields:
                  else ALL_OPERATIONS_OMITTED)
     cluster_ops = (CLUSTER_OPERATIONS if getattr(body, "include_cluster_authorized_operations", False)
                    else ALL_OPERATIONS_OMITTED)
+    brokers, controller = cluster_brokers(broker, req.advertised)
+    live = {b.node_id for b in brokers}
     topics: list[Fields] = []
     for name in names:
         entry: Fields = {"name": name, "is_internal": False, "topic_authorized_operations": topic_ops}
@@ -168,12 +182,12 @@ async def metadata(svc: KafkaService, req: Request, body: Any) -> Fields:
                         raise UnknownTopic(f"unknown topic {name}")
                     await broker.ensure_topic(name)
                 broker.check_describe(name)
-            entry["partitions"] = _partition_entries(svc, name)
+            entry["partitions"] = _partition_entries(svc, name, live)
         except BayouError as exc:
             entry["error_code"] = code_of(exc)
         topics.append(entry)
-    return {"brokers": [req.advertised.broker()], "cluster_id": CLUSTER_ID,
-            "controller_id": req.advertised.node_id, "topics": topics,
+    return {"brokers": [b.broker() for b in brokers], "cluster_id": CLUSTER_ID,
+            "controller_id": controller, "topics": topics,
             "cluster_authorized_operations": cluster_ops}
 
 
@@ -266,6 +280,7 @@ async def _fetch_one(svc: KafkaService, p: _Part, budget: int) -> None:
         if not 0 <= p.partition < broker.partition_count(p.topic):
             raise UnknownPartition(f"topic {p.topic} has no partition {p.partition}")
         broker.check_readable(p.topic, p.partition)
+        await broker.check_leads(p.topic, p.partition)  # Kafka clients fetch from the leader
         start, hw = broker.partition_bounds(p.topic, p.partition)
         f.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
         if p.offset > hw or p.offset < start:
@@ -326,11 +341,13 @@ async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
 
 async def _offset_at(svc: KafkaService, topic: str, partition: int, timestamp: int) -> Fields:
     broker = svc.broker
-    out: Fields = {"partition_index": partition, "timestamp": -1, "offset": -1, "leader_epoch": 0}
+    out: Fields = {"partition_index": partition, "timestamp": -1, "offset": -1, "leader_epoch": -1}
     try:
         if not await broker.has_topic(topic):
             raise UnknownTopic(f"unknown topic {topic}")
         broker.check_readable(topic, partition)
+        await broker.check_leads(topic, partition)
+        out["leader_epoch"] = broker.leader_epoch(topic, partition)
         start, hw = broker.partition_bounds(topic, partition)
         if timestamp == EARLIEST:
             out["offset"] = start
@@ -355,17 +372,22 @@ async def list_offsets(svc: KafkaService, req: Request, body: Any) -> Fields:
 
 
 async def offset_for_leader_epoch(svc: KafkaService, req: Request, body: Any) -> Fields:
-    """bayou's leader epoch is 0 on a single broker: every epoch ends at the high watermark."""
+    """KIP-101 at the leader, from its leader epoch cache (cluster mode: the epochs ZooKeeper
+    gave, stamped on the batches). A single broker has one epoch, 0, ending at the high
+    watermark."""
+    broker = svc.broker
     topics = []
     for t in body.topics:
         parts = []
         for p in t.partitions:
-            entry: Fields = {"partition": p.partition, "leader_epoch": 0, "end_offset": -1}
+            entry: Fields = {"partition": p.partition, "leader_epoch": -1, "end_offset": -1}
             try:
-                if not await svc.broker.has_topic(t.topic):
+                if not await broker.has_topic(t.topic):
                     raise UnknownTopic(f"unknown topic {t.topic}")
-                svc.broker.check_readable(t.topic, p.partition)
-                entry["end_offset"] = svc.broker.partition_bounds(t.topic, p.partition)[1]
+                broker.check_readable(t.topic, p.partition)
+                await broker.check_leads(t.topic, p.partition)
+                entry["leader_epoch"], entry["end_offset"] = broker.epoch_end(t.topic, p.partition,
+                                                                              p.leader_epoch)
             except BayouError as exc:
                 entry["error_code"] = code_of(exc)
             parts.append(entry)

@@ -4,7 +4,8 @@ bayou's topic config keys are Kafka's (``retention.ms``, ``segment.bytes``, ``ma
 ...), so configs pass through by name; a key bayou does not know is INVALID_CONFIG. Only topic
 resources are served (resource type 2); a broker resource is described with no entries and cannot
 be altered. One broker: a replication factor above 1 is INVALID_REPLICATION_FACTOR, as Kafka
-answers when there are fewer brokers than replicas.
+answers when there are fewer brokers than replicas; in cluster mode it is the topic's
+``replication.factor`` (creation fails when fewer brokers are live).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from bayou.server.kafka_context import (
     Fields,
     Handler,
     Request,
+    cluster_brokers,
     code_of,
 )
 
@@ -35,6 +37,14 @@ SET, DELETE = 0, 1  # IncrementalAlterConfigs operations (APPEND 2 and SUBTRACT 
 
 def _replication_ok(svc: KafkaService, factor: int) -> bool:
     return factor in (-1, 1) or svc.broker.clustered
+
+
+def _factor(svc: KafkaService, asked: int) -> int:
+    """The replication factor a created topic has: the one asked for, or the broker's default
+    (-1); a single broker keeps one copy."""
+    if not svc.broker.clustered:
+        return 1
+    return asked if asked != -1 else svc.broker.config.replication_factor
 
 
 async def create_topics(svc: KafkaService, req: Request, body: Any) -> Fields:
@@ -51,6 +61,8 @@ async def create_topics(svc: KafkaService, req: Request, body: Any) -> Fields:
             if t.assignments:
                 raise InvalidPartitions("manual replica assignment is not supported")
             config = {c.name: c.value for c in t.configs if c.value is not None}
+            if t.replication_factor != -1 and svc.broker.clustered:  # the copies to keep (-1: default)
+                config["replication.factor"] = str(t.replication_factor)
             count = None if t.num_partitions == -1 else t.num_partitions
             svc.broker.check_topic_name(t.name)
             if body.validate_only:
@@ -58,11 +70,11 @@ async def create_topics(svc: KafkaService, req: Request, body: Any) -> Fields:
                     entry["error_code"] = ErrorCode.topic_already_exists
                 else:
                     entry["num_partitions"] = count or svc.broker.config.default_partitions
-                    entry["replication_factor"] = 1
+                    entry["replication_factor"] = _factor(svc, t.replication_factor)
             else:
                 topic = await svc.broker.create_topic(t.name, count, config)
                 entry["num_partitions"] = len(topic.partitions)
-                entry["replication_factor"] = max(1, t.replication_factor)
+                entry["replication_factor"] = _factor(svc, t.replication_factor)
                 entry["configs"] = [{"name": k, "value": v, "read_only": False,
                                      "config_source": DYNAMIC_TOPIC_CONFIG if own else DEFAULT_CONFIG,
                                      "is_sensitive": False}
@@ -185,8 +197,9 @@ async def incremental_alter_configs(svc: KafkaService, req: Request, body: Any) 
 
 async def describe_cluster(svc: KafkaService, req: Request, body: Any) -> Fields:
     ops = CLUSTER_OPERATIONS if body.include_cluster_authorized_operations else ALL_OPERATIONS_OMITTED
-    return {"cluster_id": CLUSTER_ID, "controller_id": req.advertised.node_id,
-            "brokers": [req.advertised.broker()], "endpoint_type": 1,
+    brokers, controller = cluster_brokers(svc.broker, req.advertised)
+    return {"cluster_id": CLUSTER_ID, "controller_id": controller,
+            "brokers": [b.broker() for b in brokers], "endpoint_type": 1,
             "cluster_authorized_operations": ops}
 
 

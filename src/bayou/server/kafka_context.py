@@ -14,6 +14,7 @@ from bayou.broker.authz import Principal
 from bayou.protocols.kafka.codes import error_code
 
 if TYPE_CHECKING:
+    from bayou.broker import Broker
     from bayou.server.kafka import KafkaService
 
 CLUSTER_ID = "bayou"
@@ -44,15 +45,61 @@ class Session:
 @dataclass(frozen=True, slots=True)
 class Advertised:
     """Where clients are told to connect: Metadata's, FindCoordinator's and DescribeCluster's
-    broker entry. ``port`` is the listener's own (each listener advertises itself)."""
+    broker entry. ``port`` is the listener's own (each listener advertises itself); ``listener``
+    its name (``KAFKA_LISTENERS``), which names the same listener of the other brokers."""
 
     node_id: int
     host: str
     port: int
+    listener: str = "rtes"
 
     def broker(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "broker_id": self.node_id, "host": self.host,
                 "port": self.port, "rack": None}
+
+
+KAFKA_LISTENERS = ("rtes", "kafka")
+"""The listeners that serve Kafka: the V1 port (by the first byte) and ``--kafka``'s. Every
+broker registers each of its listeners in the cluster (broker/cluster/state.py), these included."""
+
+
+def _preference(here: Advertised) -> tuple[str, ...]:
+    """The listener names to look for on other brokers: the one the client connected to first
+    (Kafka's rule: a listener name means the same listener on every broker), then the others
+    that speak Kafka, for a broker configured without it."""
+    return (here.listener, *(n for n in KAFKA_LISTENERS if n != here.listener))
+
+
+def cluster_brokers(broker: Broker, here: Advertised) -> tuple[list[Advertised], int]:
+    """The brokers Metadata and DescribeCluster name, and the controller's id. Standalone: this
+    listener alone. In cluster mode: every live broker (node id = broker id) at its Kafka
+    listener (``_preference``) and the host it registered; -1 while no controller is known."""
+    names = _preference(here)
+    found: dict[int, Advertised] = {}
+    controller = -1
+    for name in reversed(names):  # the preferred listener last, so that it wins
+        endpoints = broker.listener_endpoints(name)
+        if endpoints is None:
+            return [here], here.node_id
+        for e in endpoints:
+            found[e.broker_id] = Advertised(e.broker_id, e.host, e.port, name)
+            if e.controller:
+                controller = e.broker_id
+    found.setdefault(here.node_id, here)  # before this broker's own registration is read back
+    return [found[b] for b in sorted(found)], controller
+
+
+def group_coordinator(broker: Broker, group: str, here: Advertised) -> Advertised | None:
+    """Where ``group`` is coordinated: this broker standalone; in cluster mode the broker the
+    cluster assigns it (Kafka's classic groups are kept in the coordinator's memory), None while
+    none is known."""
+    if not broker.clustered:
+        return here
+    names = _preference(here)
+    e = broker.group_coordinator(group, names)
+    if e is None:
+        return None
+    return Advertised(e.broker_id, e.host, e.port)  # as Metadata names it
 
 
 @dataclass(slots=True)

@@ -3,8 +3,13 @@
 Membership is Kafka's classic protocol (broker/groups/classic.py: the client's assignor runs in
 the leader, the metadata and assignments stay opaque); committed offsets are the broker's one
 offset table, which V1, Cursus, Iggy and the SDK read and write too, so a group's lag and resets
-show in every tool. FindCoordinator names this broker (a single node coordinates every group).
-ListGroups, DescribeGroups and DeleteGroups see the groups of every protocol.
+show in every tool. FindCoordinator names this broker standalone; in cluster mode the group's
+coordinator (FNV-1a of its name over the live brokers, as for Cursus groups), because a classic
+group's membership lives in its coordinator's memory: the membership APIs, DescribeGroups and
+DeleteGroups at any other broker answer NOT_COORDINATOR (clients find the coordinator again), and
+when the coordinator dies its groups move to a live broker, where the members rejoin. Committed
+offsets are the cluster's (ZooKeeper), so OffsetFetch is answered anywhere. ListGroups,
+DescribeGroups and DeleteGroups see the groups of every protocol.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from bayou.server.kafka_context import (
     Handler,
     Request,
     code_of,
+    group_coordinator,
 )
 
 if TYPE_CHECKING:
@@ -31,15 +37,41 @@ if TYPE_CHECKING:
 CONSUMER = "consumer"
 
 
+def _not_coordinator(svc: KafkaService, req: Request, group: str) -> ErrorCode | None:
+    """Cluster mode: NOT_COORDINATOR unless this broker coordinates ``group`` (or
+    COORDINATOR_NOT_AVAILABLE while no broker is known); None when this broker serves it."""
+    where = group_coordinator(svc.broker, group, req.advertised)
+    if where is None:
+        return ErrorCode.coordinator_not_available
+    return None if where.node_id == req.advertised.node_id else ErrorCode.not_coordinator
+
+
+def _coordinator_entry(svc: KafkaService, req: Request, key: str) -> Fields:
+    where = group_coordinator(svc.broker, key, req.advertised)
+    if where is None:
+        return {"error_code": ErrorCode.coordinator_not_available, "error_message": None,
+                "node_id": -1, "host": "", "port": -1}
+    return {"error_code": ErrorCode.none, "error_message": None, **where.broker()}
+
+
 async def find_coordinator(svc: KafkaService, req: Request, body: Any) -> Fields:
     keys = list(getattr(body, "coordinator_keys", ()) or [getattr(body, "key", "")])
-    me = req.advertised.broker()
-    return {**me, "coordinators": [{"key": k, **me} for k in keys]}
+    entries = [{"key": k, **_coordinator_entry(svc, req, k)} for k in keys]
+    return {**{k: v for k, v in entries[0].items() if k != "key"}, "coordinators": entries}
+
+
+def _join_error(code: ErrorCode, member_id: str) -> Fields:
+    """A refused JoinGroup. The protocol name is left to the schema's empty value: it is a
+    nullable string from v7 on only (None before that cannot be encoded)."""
+    return {"error_code": code, "generation_id": -1, "member_id": member_id}
 
 
 async def join_group(svc: KafkaService, req: Request, body: Any) -> Fields:
     session = int(body.session_timeout.total_seconds() * 1000)
     rebalance = getattr(body, "rebalance_timeout", None)
+    elsewhere = _not_coordinator(svc, req, body.group_id)
+    if elsewhere is not None:
+        return _join_error(elsewhere, body.member_id)
     try:
         result = await svc.broker.classic_groups.join(
             body.group_id, body.member_id, client_id=req.client_id, client_host=req.client_host,
@@ -49,8 +81,7 @@ async def join_group(svc: KafkaService, req: Request, body: Any) -> Fields:
             protocols=[(p.name, p.metadata) for p in body.protocols],
             group_instance_id=getattr(body, "group_instance_id", None))
     except BayouError as exc:
-        return {"error_code": code_of(exc), "generation_id": -1, "member_id": body.member_id,
-                "protocol_name": None, "protocol_type": None}
+        return _join_error(code_of(exc), body.member_id)
     return {"generation_id": result.generation, "protocol_type": result.protocol_type,
             "protocol_name": result.protocol_name, "leader": result.leader,
             "member_id": result.member_id,
@@ -59,6 +90,9 @@ async def join_group(svc: KafkaService, req: Request, body: Any) -> Fields:
 
 
 async def sync_group(svc: KafkaService, req: Request, body: Any) -> Fields:
+    elsewhere = _not_coordinator(svc, req, body.group_id)
+    if elsewhere is not None:
+        return {"error_code": elsewhere, "assignment": b"", "protocol_type": None, "protocol_name": None}
     try:
         ptype, pname, assignment = await svc.broker.classic_groups.sync(
             body.group_id, body.member_id, body.generation_id,
@@ -70,6 +104,9 @@ async def sync_group(svc: KafkaService, req: Request, body: Any) -> Fields:
 
 
 async def heartbeat(svc: KafkaService, req: Request, body: Any) -> Fields:
+    elsewhere = _not_coordinator(svc, req, body.group_id)
+    if elsewhere is not None:
+        return {"error_code": elsewhere}
     try:
         svc.broker.classic_groups.heartbeat(body.group_id, body.member_id, body.generation_id)
     except BayouError as exc:
@@ -80,6 +117,9 @@ async def heartbeat(svc: KafkaService, req: Request, body: Any) -> Fields:
 async def leave_group(svc: KafkaService, req: Request, body: Any) -> Fields:
     members = getattr(body, "members", None)
     ids = [m.member_id for m in members] if members is not None else [body.member_id]
+    elsewhere = _not_coordinator(svc, req, body.group_id)
+    if elsewhere is not None:
+        return {"error_code": elsewhere, "members": []}
     results = svc.broker.classic_groups.leave(body.group_id, ids)
     out: Fields = {"members": [{"member_id": mid, "group_instance_id": None,
                                 "error_code": ErrorCode.none if err is None else code_of(err)}
@@ -92,9 +132,10 @@ async def leave_group(svc: KafkaService, req: Request, body: Any) -> Fields:
 async def offset_commit(svc: KafkaService, req: Request, body: Any) -> Fields:
     generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
     member = getattr(body, "member_id", "")
-    group_error: ErrorCode | None = None
+    group_error = _not_coordinator(svc, req, body.group_id)
     try:
-        svc.broker.classic_groups.check_commit(body.group_id, member, generation)
+        if group_error is None:
+            svc.broker.classic_groups.check_commit(body.group_id, member, generation)
     except BayouError as exc:
         group_error = code_of(exc)
     topics = []
@@ -190,7 +231,10 @@ async def describe_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
                          GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False)
                          else ALL_OPERATIONS_OMITTED}
         try:
-            if name in svc.broker.classic_groups.groups:
+            elsewhere = _not_coordinator(svc, req, name)
+            if elsewhere is not None:
+                entry["error_code"] = elsewhere
+            elif name in svc.broker.classic_groups.groups:
                 d = svc.broker.classic_groups.describe(name)
                 entry.update(group_state=d.state, protocol_type=d.protocol_type,
                              protocol_data=d.protocol_name, members=[
@@ -212,6 +256,10 @@ async def delete_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
     results = []
     known = _all_groups(svc)
     for name in body.groups_names:
+        elsewhere = _not_coordinator(svc, req, name)
+        if elsewhere is not None:
+            results.append({"group_id": name, "error_code": elsewhere})
+            continue
         code = ErrorCode.none
         try:
             if svc.broker.classic_groups.has_members(name) or svc.broker.group_members(name):

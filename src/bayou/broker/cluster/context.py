@@ -72,11 +72,13 @@ class ClusterContext:
         reg = snap.brokers.get(entry[0].leader)
         return None if reg is None else (reg.broker_id, reg.host, dict(reg.endpoints))
 
-    def coordinator_of(self, group: str, protocol: str) -> BrokerRegistration | None:
+    def coordinator_of(self, group: str, protocol: str | tuple[str, ...]) -> BrokerRegistration | None:
         """The broker that coordinates ``group`` for ``protocol``: FNV-1a of its name over the live
-        brokers with that protocol's listener, in id order (so every broker agrees, and a dead
-        coordinator's groups move to live brokers)."""
-        live = {b: reg for b, reg in self.live_brokers().items() if protocol in reg.endpoints}
+        brokers with that protocol's listener (any of them, for a protocol served on several:
+        Kafka's), in id order (so every broker agrees, and a dead coordinator's groups move to
+        live brokers)."""
+        names = (protocol,) if isinstance(protocol, str) else protocol
+        live = {b: reg for b, reg in self.live_brokers().items() if any(n in reg.endpoints for n in names)}
         if not live:
             return None
         ids = sorted(live)

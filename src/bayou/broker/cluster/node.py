@@ -263,7 +263,7 @@ class ClusterNode:
     def leader_of(self, part: Partition) -> tuple[int, str, dict[str, int]] | None:
         return self.ctx.leader_of(part)
 
-    def coordinator_of(self, group: str, protocol: str) -> BrokerRegistration | None:
+    def coordinator_of(self, group: str, protocol: str | tuple[str, ...]) -> BrokerRegistration | None:
         return self.ctx.coordinator_of(group, protocol)
 
     def partition_leader(self, topic: str, partition: int) -> tuple[BrokerRegistration | None, int]:

@@ -215,6 +215,11 @@ class PartitionReconciler:
         part.cluster = rs
         if state.leader == self.me:
             self.fetcher.stop(key)
+            if old is None or not old.is_leader:
+                # the producer tables were left as they were when this broker last led (a
+                # follower's copies do not go through them): rebuild from the log, as after a
+                # restart, so an idempotent producer's retry of a copied batch is a replay
+                part.reset_idempotence()
             part.epochs.assign(state.leader_epoch, part.log.next_offset)
             rs.epoch_start = part.log.next_offset
             part.role = LEADER
