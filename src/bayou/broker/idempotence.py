@@ -8,8 +8,9 @@ the check for one sequence. The table is not persisted: after a start it is rebu
 batch's keys through the payload-format table (records/formats.py). Two kinds of state exist:
 
 - ``ProducerTable``: (producer id, epoch, sequence) per message, the Cursus idempotent producer's
-  rules (cursus.md 11), which are Kafka's in spirit. Rebuilt from the active segment (older entries
-  are past the 30-minute expiry in practice). A Kafka front end's idempotent produce plugs in here.
+  rules (cursus.md 11), which are Kafka's in spirit. Rebuilt from the oldest segment that holds a
+  record newer than the producer expiry (30 minutes), at most ``PRODUCER_REBUILD_BYTES`` back from
+  the log end (``producer_rebuild_start``). The Kafka front end's idempotent produce uses it too.
 - ``DedupTable``: the u128 message id of an Iggy send (``message.deduplication``), read as
   ``producer << 64 | sequence``. Rebuilt from the last ``message.deduplication.window`` offsets,
   bounded by ``message.deduplication.producers``.
@@ -36,6 +37,10 @@ DEFAULT_MAX_PRODUCERS = 100_000
 DEFAULT_WINDOW = 1_000_000
 DEFAULT_PRODUCER_TTL_MS = 30 * 60 * 1000
 _SCAN_BYTES = 8 << 20
+# How far back from the log end a producer-table rebuild may read: a producer whose last send
+# lies further back (and within the expiry) is forgotten, as if it had expired. The bound keeps
+# the first idempotent send after a start from reading gigabytes; Kafka keeps snapshots instead.
+PRODUCER_REBUILD_BYTES = 128 << 20
 
 
 
@@ -262,6 +267,25 @@ class DedupTable:
 
 
 # -- the rebuild from the log ---------------------------------------------------------------------
+
+
+def producer_rebuild_start(log: PartitionLog, now_ms: int, ttl_ms: int = DEFAULT_PRODUCER_TTL_MS,
+                           max_bytes: int = PRODUCER_REBUILD_BYTES) -> int:
+    """The first offset a producer-table rebuild reads: the base of the oldest segment with a
+    record written within ``ttl_ms`` (older producers have expired), but no segment that ends
+    more than ``max_bytes`` before the log end. Not just the active segment: a producer whose
+    last send sits in a segment that has just rolled would be unknown after a restart or a
+    leader change, and its next send refused as out of order."""
+    segments = list(log.segments)  # a copy: retention may remove the oldest meanwhile
+    start = segments[-1].base_offset
+    behind = 0
+    for seg in reversed(segments[:-1]):
+        behind += seg.size
+        newest = seg.max_timestamp if seg.max_timestamp >= 0 else (seg.created_ms or now_ms)
+        if behind > max_bytes or now_ms - newest > ttl_ms:
+            break
+        start = seg.base_offset
+    return max(start, log.log_start_offset)
 
 
 def rebuild(table: Table, log: PartitionLog, start: int, end: int) -> int:

@@ -19,6 +19,7 @@ from bayou.broker.idempotence import (
     ProducerTable,
     Rebuilt,
     TableT,
+    producer_rebuild_start,
     rebuild,
 )
 from bayou.broker.model import Acks, ProduceResult
@@ -203,9 +204,9 @@ class ProducePath:
 
     @staticmethod
     def _new_producer_table(part: Partition) -> tuple[ProducerTable, int]:
-        """An empty producer table, rebuilt from the active segment (older entries are past the
-        producer expiry in practice)."""
-        return ProducerTable(), max(part.log.log_start_offset, part.log.active.base_offset)
+        """An empty producer table, and the first offset its rebuild reads: the segments that
+        hold records within the producer expiry (``producer_rebuild_start``)."""
+        return ProducerTable(), producer_rebuild_start(part.log, int(time.time() * 1000))
 
     async def _rebuilt(self, part: Partition, slot: Rebuilt[TableT],
                        new: Callable[[Partition], tuple[TableT, int]]) -> TableT:

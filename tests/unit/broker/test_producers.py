@@ -7,11 +7,15 @@ from pathlib import Path
 import pytest
 
 from bayou.broker import Broker, BrokerConfig
-from bayou.broker.idempotence import ProducerSequence, ProducerTable
+from bayou.broker.idempotence import ProducerSequence, ProducerTable, producer_rebuild_start
 from bayou.errors import OutOfOrderSequence, ProducerFenced
 from bayou.protocols.cursus.batch import encode_batch, encode_messages
+from bayou.records.batch import Record
+from bayou.records.batch import encode_batch as encode_records
 from bayou.records.cursus import CursusMessage
 from bayou.server.cursus import Advertised, ConnState, CursusService
+from bayou.storage import LogConfig
+from bayou.storage.log import PartitionLog
 
 
 def admit(t: ProducerTable, sends: list[ProducerSequence]) -> list[bool]:
@@ -108,3 +112,58 @@ async def test_a_purged_log_forgets_its_producers_as_a_restart_does(tmp_path: Pa
             assert part.log.next_offset == before + 1, restart  # stored, not dropped as a replay
         finally:
             await b.stop()
+
+
+def _producer_batch(producer: bytes, seqs: list[int], pad: int = 0) -> bytes:
+    msgs = [CursusMessage(b"v%d" % s + b"x" * pad, 0, s, producer, b"", 1) for s in seqs]
+    return encode_batch("idem", 0, encode_messages(msgs), len(msgs), seqs[0], seqs[-1])
+
+
+async def test_a_producer_whose_last_send_sits_in_a_rolled_segment_is_known_after_a_restart(
+        tmp_path: Path) -> None:
+    """The table was rebuilt from the active segment alone: after a roll, a restart (or a leader
+    change) forgot a producer whose sends all lay in older segments, and its next send was
+    refused as out of order (its replay would not have been recognised either)."""
+    config = BrokerConfig(data_dir=tmp_path / "d", log=LogConfig(segment_bytes=2048))
+    b = Broker(config)
+    await b.start()
+    try:
+        s = CursusService(b, Advertised("localhost", 9000))
+        st = ConnState()
+        await s.handle(b"\x00\x00CREATE topic=idem partitions=1 idempotent=true", st)
+        await s.handle(_producer_batch(b"p1", [1, 2, 3]), st)
+        for seq in range(1, 9):  # another producer's sends roll the segment past p1's
+            await s.handle(_producer_batch(b"p2", [seq], pad=600), st)
+        log = b.partition("idem", 0).log
+        assert len(log.segments) >= 3 and log.active.base_offset > 3
+        end = log.next_offset
+    finally:
+        await b.stop()
+    b = Broker(config)
+    await b.start()
+    try:
+        s = CursusService(b, Advertised("localhost", 9000))
+        st = ConnState()
+        replay = await s.handle(_producer_batch(b"p1", [2, 3]), st)
+        assert isinstance(replay, bytes) and replay.startswith(b'{"status":"OK"'), replay
+        assert b.partition("idem", 0).log.next_offset == end  # recognised as a replay: not stored
+        after = await s.handle(_producer_batch(b"p1", [4]), st)
+        assert isinstance(after, bytes) and after.startswith(b'{"status":"OK"'), after
+        assert b.partition("idem", 0).log.next_offset == end + 1
+    finally:
+        await b.stop()
+
+
+def test_the_rebuild_reads_back_to_the_expiry_and_no_further_than_its_byte_bound(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "t-0", LogConfig(segment_bytes=1024))
+    try:
+        for i in range(12):  # one batch a segment, timestamps one minute apart
+            log.append(encode_records([Record(b"x" * 900, None, 60_000 * i)]))
+        now = 60_000 * 11
+        bases = [seg.base_offset for seg in log.segments]
+        assert producer_rebuild_start(log, now) == bases[0]  # all within 30 minutes
+        assert producer_rebuild_start(log, now, ttl_ms=5 * 60_000) == bases[-6]  # minutes 6..11
+        assert producer_rebuild_start(log, now, max_bytes=2500) == bases[-3]  # two sealed ones fit
+        assert producer_rebuild_start(log, now, ttl_ms=0) == bases[-1]  # the active one always
+    finally:
+        log.close()
