@@ -278,7 +278,7 @@ class Broker:
 
     # -- roles and follower progress, V1 (roles.py) --------------------------------------------
 
-    async def set_partition_role(self, topic: str, partition: int, role: str) -> Partition:
+    async def set_partition_role(self, topic: str, partition: int, role: str) -> int:
         return await self.roles.set_partition_role(topic, partition, role)
 
     async def replica_progress(self, topic: str, partition: int, replica_id: int,

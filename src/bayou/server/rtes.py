@@ -256,7 +256,7 @@ class RtesService:
     async def set_partition_role(self, r: m.SetPartitionRole) -> str:
         self.broker.check_topic_name(r.topic)
         try:
-            part = await self.broker.set_partition_role(r.topic, r.partition, r.role)
+            hw = await self.broker.set_partition_role(r.topic, r.partition, r.role)
         except (InvalidConfig, InvalidRequest) as exc:
             if not self.broker.clustered:  # the single node's V1 answers these as before
                 raise
@@ -264,10 +264,6 @@ class RtesService:
         except UnknownPartition:
             raise RtesError(Code.BAD_REQUEST,
                             f"partition not found: topic={r.topic} partition={r.partition}") from None
-        if part.cluster is not None:
-            hw = part.high_watermark - 1
-        else:
-            hw = part.replicas.high_watermark(part.leader_last)
         return f"topic={r.topic} partition={r.partition} role={r.role} hw={hw}"
 
     async def ping(self, r: m.Ping) -> None:
