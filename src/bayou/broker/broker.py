@@ -20,7 +20,6 @@ from types import MappingProxyType
 from typing import Any
 
 from bayou.broker.authz import Action
-from bayou.broker.cluster.state import MEMBER_BROKER_SHIFT, connection_member_base
 from bayou.broker.consumers import ConsumerGroups
 from bayou.broker.context import BrokerContext
 from bayou.broker.coordination import Cluster, LocalMetadataStore, MetadataStore, ReplicaState
@@ -41,8 +40,8 @@ from bayou.broker.produce import ProducePath, Stamp
 from bayou.broker.roles import ReplicaRoles
 from bayou.broker.settings import BrokerConfig
 from bayou.broker.topics import TOPIC_KEYS, TopicAdmin
-from bayou.broker.views import Endpoint, LogTotals, SharedDocuments
-from bayou.errors import NotLeader, Unauthorized
+from bayou.broker.views import Endpoint, Here, LogTotals, SharedDocuments
+from bayou.errors import Unauthorized
 from bayou.records.formats import ProducerSequence
 from bayou.stats import Recovery
 from bayou.storage import FileSpan, PartitionLog, validate_topic_name
@@ -51,9 +50,10 @@ from bayou.storage.config import TOPIC_CONFIG_KEYS
 
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
-        # On a single node topic changes are this broker's own (broker/coordination.py); in
-        # cluster mode broker/cluster/node.py replaces the store, the replica state and sets
-        # ``cluster`` when it is built, before the first request.
+        # Built standalone (broker/coordination.py): topic changes, high watermarks, leadership
+        # and committed offsets are this broker's own. In cluster mode broker/cluster/node.py
+        # replaces the metadata store and the replica state and sets ``cluster`` (the topology
+        # and group store follow) when it is built, before the first request.
         self.ctx = ctx = BrokerContext(config, LocalMetadataStore(self))
         self.config = config
         self.store = ctx.store
@@ -80,7 +80,8 @@ class Broker:
 
     @cluster.setter
     def cluster(self, cluster: Cluster | None) -> None:
-        self.ctx.cluster = cluster
+        """Join ``cluster``: its topology and group store from now on (context.py)."""
+        self.ctx.join_cluster(cluster)
 
     @property
     def metadata_store(self) -> MetadataStore:
@@ -277,7 +278,7 @@ class Broker:
 
     # -- roles and follower progress, V1 (roles.py) --------------------------------------------
 
-    async def set_partition_role(self, topic: str, partition: int, role: str) -> Partition:
+    async def set_partition_role(self, topic: str, partition: int, role: str) -> int:
         return await self.roles.set_partition_role(topic, partition, role)
 
     async def replica_progress(self, topic: str, partition: int, replica_id: int,
@@ -409,15 +410,7 @@ class Broker:
     def partition_replicas(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
         """(leader, replicas, ISR) of a partition: this broker alone when standalone; in cluster
         mode ZooKeeper's as this broker last read them (leader -1 and an empty ISR while none)."""
-        me = self.config.broker_id
-        if self.cluster is None:
-            return me, [me], [me]
-        snap = self.cluster.snapshot
-        assignment = snap.topics.get(topic) if snap is not None else None
-        entry = snap.states.get((topic, partition)) if snap is not None else None
-        return (entry[0].leader if entry is not None else -1,
-                list(assignment.partitions.get(partition, ())) if assignment is not None else [],
-                list(entry[0].isr) if entry is not None else [])
+        return self.ctx.topology.partition_replicas(topic, partition)
 
     def next_round_robin(self, topic: str, partitions: int) -> int:
         """The partition for the topic's next unkeyed, unpartitioned record, in turn."""
@@ -459,83 +452,68 @@ class Broker:
     @property
     def clustered(self) -> bool:
         """Whether the broker runs in a cluster (its topics and groups kept in ZooKeeper)."""
-        return self.cluster is not None
+        return self.ctx.topology.clustered
 
     def shared_documents(self) -> SharedDocuments | None:
         """The documents and locks every broker of the cluster shares (the Iggy catalog and
         users); None when standalone."""
-        return self.cluster
+        return self.ctx.topology.shared_documents()
 
     def connection_ids(self) -> range | None:
         """The connection-bound member ids this broker hands out in a cluster: they carry its
         broker id, so that the cluster can drop the members of a dead or restarted broker
         (broker/cluster/controller.py, ``reap_members``). None when standalone: any id."""
-        if self.cluster is None:
-            return None
-        base = connection_member_base(self.config.broker_id)
-        return range(base + 1, base + (1 << MEMBER_BROKER_SHIFT))
+        return self.ctx.topology.connection_ids()
 
     def listener_endpoints(self, listener: str) -> list[Endpoint] | None:
         """Every live broker with a ``listener`` (a protocol's name), by broker id, and which one
         is the controller; None when standalone."""
-        cluster = self.cluster
-        if cluster is None:
-            return None
-        controller = cluster.snapshot.controller if cluster.snapshot is not None else None
-        return [Endpoint(b, reg.host, reg.endpoints[listener], b == controller)
-                for b, reg in sorted(cluster.live_brokers().items()) if listener in reg.endpoints]
+        return self.ctx.topology.listener_endpoints(listener)
 
-    def group_coordinator(self, group: str, listeners: Sequence[str]) -> Endpoint | None:
-        """Cluster mode: the live broker coordinating ``group`` for a protocol served on any of
-        ``listeners`` (FNV-1a of the name over those brokers, as Cursus' groups: every broker
-        agrees, and a dead coordinator's groups move to a live one), at the first of ``listeners``
-        it has. None when standalone, or while no such broker is known."""
-        cluster = self.cluster
-        if cluster is None:
-            return None
-        reg = cluster.coordinator_of(group, tuple(listeners))
-        if reg is None:
-            return None
-        name = next(n for n in listeners if n in reg.endpoints)
-        controller = cluster.snapshot.controller if cluster.snapshot is not None else None
-        return Endpoint(reg.broker_id, reg.host, reg.endpoints[name], reg.broker_id == controller)
+    def group_coordinator(self, group: str, listeners: Sequence[str]) -> Endpoint | Here | None:
+        """The broker coordinating ``group`` for a protocol served on any of ``listeners``: in
+        cluster mode the live broker FNV-1a of the name picks among those brokers (as Cursus'
+        groups: every broker agrees, and a dead coordinator's groups move to a live one), at the
+        first of ``listeners`` it has, None while no such broker is known; THIS_BROKER standalone."""
+        return self.ctx.topology.group_coordinator(group, listeners)
+
+    def leader_endpoint(self, topic: str, partition: int, listener: str) -> Endpoint | Here | None:
+        """The partition's leader at its ``listener`` as this broker last read it (None while no
+        leader with that listener is known); THIS_BROKER standalone."""
+        return self.ctx.topology.leader_endpoint(topic, partition, listener)
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         """The partition's leader epoch as this broker last read it: 0 standalone (one leader,
         ever), -1 in cluster mode while no state is known."""
-        if self.cluster is None:
-            return 0
-        return self.cluster.partition_leader(topic, partition)[1]
+        return self.ctx.topology.leader_epoch(topic, partition)
 
     async def check_leads(self, topic: str, partition: int) -> None:
         """Cluster mode: NotLeader (naming the leader) unless this broker leads the partition,
         for clients that read only at the leader (Kafka's); a leadership ZooKeeper already gives
         this broker is waited for briefly, as a produce does. Standalone: nothing."""
-        cluster = self.cluster
-        if cluster is None:
-            return
-        part = self.ctx.partition(topic, partition)
-        if part.cluster is None or not part.cluster.is_leader:
-            await cluster.await_leadership(topic, partition)
-        self.ctx.check_leader(part)
+        await self.ctx.topology.check_leads(topic, partition)
 
     def epoch_end(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
         """KIP-101's answer for ``epoch``: (the largest leader epoch <= ``epoch`` this replica
         knows, the offset where it ends here: the next epoch's start, or the log end for the
         newest); (-1, -1) when it knows none older. Standalone (one epoch, 0, never truncated):
         (0, the high watermark)."""
-        part = self.ctx.partition(topic, partition)
-        if self.cluster is None or part.epochs is None:
-            return 0, part.high_watermark
-        return part.epochs.end_offset_for(epoch, part.log.next_offset)
+        return self.ctx.topology.epoch_end(self.ctx.partition(topic, partition), epoch)
 
     async def fetch_at_leader(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
         """A consumer's read at the partition's leader, for a broker holding no replica of it
         (cluster mode): batches from ``offset`` below the leader's high watermark, with that
         watermark and the log start (``max_bytes`` 0: only those two). NotLeader standalone."""
-        if self.cluster is None:
-            raise NotLeader(f"this broker holds no replica of {topic}/{partition}")
-        return await self.cluster.consumer_fetch(topic, partition, offset, max_bytes)
+        return await self.ctx.topology.fetch_at_leader(topic, partition, offset, max_bytes)
+
+    async def set_partition_leader(self, topic: str, partition: int, leader: int, isr: list[int]) -> None:
+        """V1's ADMIN_SET_PARTITION_LEADER: in cluster mode the partition's state in ZooKeeper;
+        standalone the V1 metadata model's (broker/metadata.py)."""
+        await self.ctx.topology.set_partition_leader(topic, partition, leader, isr)
+
+    async def elect_leaders(self, topic: str) -> int:
+        """V1's ADMIN_ELECT_TOPIC_LEADERS: how many of the topic's partitions got a new leader."""
+        return await self.ctx.topology.elect_leaders(topic)
 
 
 __all__ = ["TOPIC_KEYS", "Acks", "Broker", "FetchResult", "PartitionLog", "ProduceResult", "TopicInfo"]

@@ -1,7 +1,8 @@
 """Consumer groups and committed offsets as the broker serves them: authorization, the groups and
-offsets files, and in cluster mode the groups and offsets every broker shares in ZooKeeper (V1
-and Iggy groups are read, changed and written back there with a compare-and-set; Cursus groups
-stay in their coordinator's memory). The group state table itself is broker/groups/."""
+offsets files, and the ``GroupStore`` (broker/coordination.py) where the groups and offsets every
+broker shares are kept first: nowhere on a single node; in cluster mode ZooKeeper (V1 and Iggy
+groups are read, changed and written back there with a compare-and-set; Cursus groups stay in
+their coordinator's memory). The group state table itself is broker/groups/."""
 
 from __future__ import annotations
 
@@ -27,9 +28,6 @@ class ConsumerGroups:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self._groups_dirty = False  # heartbeats: written by the groups-persist task, not each time
-        # cluster mode: when each committed offset last changed here (see adopt_offsets)
-        self._offset_clock = 0
-        self._offset_stamps: dict[tuple[str, str, int], int] = {}
 
     def load(self) -> None:
         """Read the groups and offsets files at start (an unreadable one is logged and ignored)."""
@@ -56,23 +54,21 @@ class ConsumerGroups:
             await self.ctx.groups_file.save(wait=False)
 
     def _shared_group(self, group: str, policy: GroupPolicy | None = None) -> bool:
-        """Cluster mode keeps V1 and Iggy groups in ZooKeeper, so members on different brokers
-        form one group and it survives any broker (neither protocol has a coordinator to find).
-        Cursus groups live in the memory of their coordinator broker (FIND_COORDINATOR)."""
-        if self.ctx.cluster is None:
-            return False
-        if policy is not None:
-            return policy is not CURSUS_POLICY
-        g = self.ctx.groups.groups.get(group)
-        return g is None or g.policy is not CURSUS_POLICY
+        """Whether the group store keeps ``group`` (of ``policy``, else of the policy it has here):
+        in cluster mode V1 and Iggy groups, so members on different brokers form one group and it
+        survives any broker (GroupStore.shares)."""
+        if policy is None:
+            g = self.ctx.groups.groups.get(group)
+            policy = g.policy if g is not None else None
+        return self.ctx.group_store.shares(policy)
 
-    async def _in_cluster(self, group: str, op: Callable[[], T]) -> T:
-        """Run a group operation on the state ZooKeeper holds: read it, apply ``op``, write the
-        result back with a compare-and-set (again from the newer state when another broker wrote
-        first). State changes made before an error (an expiry sweep) are written too."""
-        assert self.ctx.cluster is not None
+    async def _in_store(self, group: str, op: Callable[[], T]) -> T:
+        """Run a group operation on the state the group store holds: read it, apply ``op``, write
+        the result back with a compare-and-set (again from the newer state when another broker
+        wrote first). State changes made before an error (an expiry sweep) are written too."""
+        store = self.ctx.group_store
         while True:
-            data, version = await self.ctx.cluster.group_state(group)
+            data, version = await store.group_state(group)
             self.ctx.groups.replace_group(group, data)
             error: Exception | None = None
             try:
@@ -81,7 +77,7 @@ class ConsumerGroups:
                 error = exc
             new = self.ctx.groups.group_json(group)
             if new != data:
-                if not await self.ctx.cluster.set_group_state(group, new, version):
+                if not await store.set_group_state(group, new, version):
                     continue
                 self._groups_dirty = True
             if error is not None:
@@ -92,7 +88,7 @@ class ConsumerGroups:
                          policy: GroupPolicy = RTES_POLICY) -> GroupView:
         self.ctx.authorize("poll", topic)
         if self._shared_group(group, policy):
-            return await self._in_cluster(
+            return await self._in_store(
                 group, lambda: self.ctx.groups.join(group, topic, member, assignor, policy))
         view = self.ctx.groups.join(group, topic, member, assignor, policy)
         await self.ctx.groups_file.save()
@@ -104,7 +100,7 @@ class ConsumerGroups:
         self.ctx.authorize("poll", topic)
         partitions = None if policy.rebind_topic else self.ctx.partition_count(topic)
         if self._shared_group(group, policy):
-            return await self._in_cluster(group, lambda: self.ctx.groups.describe(
+            return await self._in_store(group, lambda: self.ctx.groups.describe(
                 self.ctx.groups.register(group, topic, policy, assignor, partitions).name))
         existed = group in self.ctx.groups.groups
         self.ctx.groups.register(group, topic, policy, assignor, partitions)
@@ -116,22 +112,21 @@ class ConsumerGroups:
         """Cluster mode, partitions ``keep`` and beyond of ``topic`` are gone: the shared groups on
         it (kept in ZooKeeper) drop them from their assignments, once, by the broker that removed
         them (every broker drops its own copy's when it removes the partitions)."""
-        assert self.ctx.cluster is not None
-        for group, (policy, bound) in (await self.ctx.cluster.shared_groups()).items():
+        for group, (policy, bound) in (await self.ctx.group_store.shared_groups()).items():
             if bound == topic and policy != CURSUS_POLICY.name:
-                await self._in_cluster(group, lambda: self.ctx.groups.forget_partitions(topic, keep))
+                await self._in_store(group, lambda: self.ctx.groups.forget_partitions(topic, keep))
 
     async def current_group(self, group: str) -> GroupDescription:
         """The group as it is now: in cluster mode a shared group is read from ZooKeeper (another
         broker's members may have changed it), otherwise as ``describe_group``."""
         if self._shared_group(group):
-            return await self._in_cluster(group, lambda: self.ctx.groups.describe(group))
+            return await self._in_store(group, lambda: self.ctx.groups.describe(group))
         return self.ctx.groups.describe(group)
 
     async def drop_group_members(self, group: str, gone: Callable[[str], bool]) -> None:
         """Remove the members for which ``gone`` holds (see GroupCoordinator.drop_members)."""
         if self._shared_group(group):
-            await self._in_cluster(group, lambda: self.ctx.groups.drop_members(group, gone))
+            await self._in_store(group, lambda: self.ctx.groups.drop_members(group, gone))
         elif self.ctx.groups.drop_members(group, gone):
             await self.ctx.groups_file.save()
 
@@ -147,7 +142,7 @@ class ConsumerGroups:
     async def sync_group(self, group: str, topic: str, member: str, generation: int) -> GroupView:
         self.ctx.authorize("poll", topic)
         if self._shared_group(group):
-            return await self._in_cluster(
+            return await self._in_store(
                 group, lambda: self.ctx.groups.sync(group, topic, member, generation))
         before = self.generation(group)
         try:
@@ -162,7 +157,7 @@ class ConsumerGroups:
     async def heartbeat(self, group: str, topic: str, member: str, generation: int) -> None:
         self.ctx.authorize("poll", topic)
         if self._shared_group(group):
-            return await self._in_cluster(
+            return await self._in_store(
                 group, lambda: self.ctx.groups.heartbeat(group, topic, member, generation))
         before = self.generation(group)
         try:
@@ -174,7 +169,7 @@ class ConsumerGroups:
 
     async def leave_group(self, group: str, topic: str, member: str, generation: int | None) -> None:
         if self._shared_group(group):
-            return await self._in_cluster(
+            return await self._in_store(
                 group, lambda: self.ctx.groups.leave(group, topic, member, generation))
         try:
             self.ctx.groups.leave(group, topic, member, generation)
@@ -189,10 +184,9 @@ class ConsumerGroups:
             raise OffsetOutOfRange("invalid offset")
         if member is not None and generation is not None:
             await self._check_commit(group, topic, member, generation, (partition,))
-        if self.ctx.cluster is not None:  # the cluster's copy first: an adoption never reverts this
-            self.ctx.groups.check_offsets(group, topic, {partition: offset})
-            self._offset_written((group, topic, partition))
-            await self.ctx.cluster.publish_offsets(group, topic, {partition: offset})
+        # store_offset's check, then the store's copy first: an adoption never reverts this
+        self.ctx.groups.check_offsets(group, topic, {partition: offset})
+        await self.ctx.group_store.publish_offsets(group, topic, {partition: offset})
         self.ctx.groups.store_offset(group, topic, partition, offset)
         await self.ctx.offsets_file.save()
 
@@ -204,7 +198,7 @@ class ConsumerGroups:
                 self.ctx.groups.check_commit(group, topic, member, generation, p)
 
         if self._shared_group(group):
-            await self._in_cluster(group, check)
+            await self._in_store(group, check)
             return
         before = self.generation(group)
         try:
@@ -213,13 +207,8 @@ class ConsumerGroups:
             if self.generation(group) != before:
                 await self.ctx.groups_file.save()
 
-    def _offset_written(self, key: tuple[str, str, int]) -> None:
-        """Cluster mode: ``key`` changes locally now (an adoption read earlier must not undo it)."""
-        self._offset_clock += 1
-        self._offset_stamps[key] = self._offset_clock
-
     def offsets_mark(self) -> int:
-        return self._offset_clock
+        return self.ctx.group_store.offsets_mark()
 
     async def commit_offsets(self, group: str, topic: str, entries: dict[int, int], *,
                              member: str, generation: int) -> None:
@@ -229,10 +218,7 @@ class ConsumerGroups:
             raise OffsetOutOfRange("invalid offset")
         await self._check_commit(group, topic, member, generation, entries)
         self.ctx.groups.check_offsets(group, topic, entries)
-        if self.ctx.cluster is not None:  # the cluster's copy first: an adoption never reverts this
-            for p in entries:
-                self._offset_written((group, topic, p))
-            await self.ctx.cluster.publish_offsets(group, topic, dict(entries))
+        await self.ctx.group_store.publish_offsets(group, topic, entries)  # the store's copy first
         for p, off in entries.items():
             self.ctx.groups.store_offset(group, topic, p, off)
         await self.ctx.offsets_file.save()
@@ -240,19 +226,8 @@ class ConsumerGroups:
     def adopt_offsets(self, offsets: dict[tuple[str, str, int], int], *, since: int) -> bool:
         """Cluster mode: make the committed offsets those of the cluster's copy (read after
         ``offsets_mark()`` returned ``since``), except the ones changed here since; whether any
-        changed."""
-        changed = False
-        fresh = {k for k, stamp in self._offset_stamps.items() if stamp > since}
-        for key, off in offsets.items():
-            if key not in fresh and self.ctx.groups.offsets.get(key) != off:
-                self.ctx.groups.offsets[key] = off
-                changed = True
-        for key in [k for k in self.ctx.groups.offsets if k not in offsets and k not in fresh]:
-            del self.ctx.groups.offsets[key]
-            changed = True
-        for key in [k for k, stamp in self._offset_stamps.items() if stamp <= since]:
-            del self._offset_stamps[key]
-        return changed
+        changed (GroupStore.adopt_offsets)."""
+        return self.ctx.group_store.adopt_offsets(offsets, since=since)
 
     async def save_offsets(self) -> None:
         await self.ctx.offsets_file.save()
@@ -284,10 +259,7 @@ class ConsumerGroups:
     async def delete_group(self, group: str) -> None:
         """Remove a group and its committed offsets (a missing group is not an error)."""
         self._authorize_group(group)
-        if self.ctx.cluster is not None:
-            for key in [k for k in self.ctx.groups.offsets if k[0] == group]:
-                self._offset_written(key)
-            await self.ctx.cluster.forget_group(group)
+        await self.ctx.group_store.forget_group(group)  # the store's copy first
         if self.ctx.groups.delete_group(group):
             await self.ctx.groups_file.save()
             await self.ctx.offsets_file.save()
@@ -296,9 +268,7 @@ class ConsumerGroups:
         self.ctx.authorize("poll", topic)
         if await self.current_committed_offset(group, topic, partition) is None:
             return False
-        if self.ctx.cluster is not None:  # the cluster's copy first, as for commits
-            self._offset_written((group, topic, partition))
-            await self.ctx.cluster.forget_offset(group, topic, partition)
+        await self.ctx.group_store.forget_offset(group, topic, partition)  # the store's copy first
         self.ctx.groups.delete_offset(group, topic, partition)
         await self.ctx.offsets_file.save()
         return True
@@ -311,9 +281,7 @@ class ConsumerGroups:
         """The committed offset as the cluster has it now (a commit made through another broker
         a moment ago included); on a single node the same as ``committed_offset``."""
         self.ctx.authorize("poll", topic)
-        if self.ctx.cluster is None:
-            return self.ctx.groups.committed(group, topic, partition)
-        return await self.ctx.cluster.committed_offset(group, topic, partition)
+        return await self.ctx.group_store.committed_offset(group, topic, partition)
 
     def describe_group(self, group: str) -> GroupDescription:
         self._authorize_group(group)

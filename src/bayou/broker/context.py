@@ -7,8 +7,9 @@
 parts hold their ClusterContext (broker/cluster/context.py), so each can be read alone.
 
 The choices where a single node and a cluster differ (``metadata_store``, ``replica_state``,
-``cluster``: broker/coordination.py) live here, set once at start (broker/cluster/node.py sets them
-in cluster mode, before the first request).
+``topology``, ``group_store``, ``cluster``: broker/coordination.py) live here, set once at start:
+standalone when built, the cluster's by ``join_cluster`` (broker/cluster/node.py, before the
+first request).
 """
 
 from __future__ import annotations
@@ -18,16 +19,26 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from bayou.broker.authz import Action, Authorizer
-from bayou.broker.coordination import Cluster, MetadataStore, ReplicaState
+from bayou.broker.coordination import (
+    Cluster,
+    ClusterGroupStore,
+    ClusterTopology,
+    GroupStore,
+    LocalGroupStore,
+    MetadataStore,
+    ReplicaState,
+    StandaloneTopology,
+    Topology,
+)
 from bayou.broker.groups.classic import ClassicGroups
 from bayou.broker.groups.coordinator import GroupCoordinator
 from bayou.broker.metadata import ClusterMetadata
 from bayou.broker.model import Topic
-from bayou.broker.partition import LEADER, Partition
+from bayou.broker.partition import Partition
 from bayou.broker.persist import StateFile
 from bayou.broker.replication import SINGLE_NODE
 from bayou.broker.settings import BrokerConfig
-from bayou.errors import NotLeader, UnknownPartition, UnknownTopic
+from bayou.errors import UnknownPartition, UnknownTopic
 from bayou.storage import Store, TopicMeta
 
 
@@ -47,12 +58,26 @@ class BrokerContext:
         self.io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="bayou-io")
         self.admin_lock = asyncio.Lock()  # topic changes, one at a time
         self.closing = False
-        # Where topic changes are decided (broker/coordination.py): this broker's files, or in
-        # cluster mode ZooKeeper (broker/cluster/node.py sets all three when it is built, before
-        # the first request): partitions then follow the leaders the cluster elects.
+        # Where topic changes are decided, who decides high watermarks, where partitions are led
+        # and groups coordinated, where committed offsets are kept (broker/coordination.py):
+        # this broker alone, until ``join_cluster``; partitions then follow the leaders the
+        # cluster elects.
         self.metadata_store = metadata_store
         self.replica_state: ReplicaState = SINGLE_NODE
+        self.topology: Topology = StandaloneTopology(config.broker_id, self.metadata)
+        self.group_store: GroupStore = LocalGroupStore(self.groups)
         self.cluster: Cluster | None = None
+
+    def join_cluster(self, cluster: Cluster | None) -> None:
+        """Take on ``cluster``'s topology and group store (None: standalone again). The cluster
+        node sets its metadata store and replica state itself (broker/cluster/node.py)."""
+        self.cluster = cluster
+        if cluster is None:
+            self.topology = StandaloneTopology(self.config.broker_id, self.metadata)
+            self.group_store = LocalGroupStore(self.groups)
+        else:
+            self.topology = ClusterTopology(cluster, self.config.broker_id, self.partition)
+            self.group_store = ClusterGroupStore(cluster, self.groups)
 
     def partition_count(self, topic: str) -> int:
         t = self.topics.get(topic)
@@ -130,10 +155,5 @@ class BrokerContext:
             raise UnknownPartition(f"partition {part.index} of topic {part.topic} was deleted")
 
     def check_leader(self, part: Partition) -> None:
-        if self.cluster is not None:
-            if part.cluster is None or not part.cluster.is_leader:
-                raise NotLeader(leader=self.cluster.leader_of(part))
-            return
-        meta = self.metadata.partitions.get((part.topic, part.index))
-        if part.role != LEADER or (meta is not None and meta.leader != self.config.broker_id):
-            raise NotLeader()
+        """Raise NotLeader unless this broker leads ``part`` (Topology.check_leader)."""
+        self.topology.check_leader(part)

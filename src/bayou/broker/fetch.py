@@ -79,7 +79,7 @@ class FetchPath:
     def _check_replica(self, part: Partition) -> None:
         rs = part.cluster
         if rs is not None and rs.me not in rs.replicas and not rs.is_leader:
-            raise NotLeader(leader=self.ctx.cluster.leader_of(part) if self.ctx.cluster else None)
+            raise NotLeader(leader=self.ctx.topology.leader_of(part))
 
     @staticmethod
     def _read(part: Partition, offset: int, max_bytes: int, hw: int,

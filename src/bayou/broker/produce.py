@@ -49,9 +49,8 @@ class ProducePath:
     async def _await_leadership(self, part: Partition) -> None:
         """Cluster mode, a produce to a partition this broker does not lead by its local state:
         if ZooKeeper already names it leader, wait (briefly) for the state to arrive rather than
-        send the client back to the old leader (Cluster.await_leadership)."""
-        if self.ctx.cluster is not None and (part.cluster is None or not part.cluster.is_leader):
-            await self.ctx.cluster.await_leadership(part.topic, part.index)
+        send the client back to the old leader (Topology.await_leadership)."""
+        await self.ctx.topology.await_leadership(part)
 
     @staticmethod
     def _check_insync(part: Partition, acks: Acks) -> None:
@@ -88,8 +87,7 @@ class ProducePath:
             raise UnknownPartition(f"topic {topic} has no partition {partition}")
         part = t.partitions[partition]
         if forward and self._led_elsewhere(part):
-            assert self.ctx.cluster is not None
-            return await self.ctx.cluster.forward_produce(topic, partition, bytes(batch), acks)
+            return await self.ctx.topology.forward_produce(topic, partition, bytes(batch), acks)
         await self._await_leadership(part)
         self.ctx.check_leader(part)
         self._check_insync(part, acks)
@@ -134,10 +132,9 @@ class ProducePath:
             raise BrokerShuttingDown()
         part = await self.ctx.ready_partition(topic, partition)
         if forward and self._led_elsewhere(part):  # the leader checks the ids (see produce)
-            assert self.ctx.cluster is not None
             count = ids.count if isinstance(ids, IdRun) else len(ids)
-            return await self.ctx.cluster.forward_produce(topic, partition, build([True] * count), acks,
-                                                      deduplicate=True)
+            return await self.ctx.topology.forward_produce(topic, partition, build([True] * count), acks,
+                                                           deduplicate=True)
         return await self._append_checked(part, part.dedup_state, self._new_dedup_table, ids,
                                           lambda keep: (build(keep), None), acks)
 

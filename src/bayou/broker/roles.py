@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bayou.broker.context import BrokerContext
 from bayou.broker.model import ReplicaReport
-from bayou.broker.partition import FOLLOWER, LEADER, Partition
+from bayou.broker.partition import FOLLOWER, LEADER
 from bayou.broker.topics import TopicAdmin
 from bayou.errors import InvalidRequest, NotLeader, UnknownPartition
 
@@ -16,8 +16,9 @@ class ReplicaRoles:
         self.ctx = ctx
         self.admin = admin  # the implicit creation of the V1 commands
 
-    async def set_partition_role(self, topic: str, partition: int, role: str) -> Partition:
-        """Make this broker lead or follow ``partition``. In cluster mode leadership moves in
+    async def set_partition_role(self, topic: str, partition: int, role: str) -> int:
+        """Make this broker lead or follow ``partition``; returns its high watermark as V1 reports
+        it (the last offset consumers see, inclusive). In cluster mode leadership moves in
         ZooKeeper: ``leader`` makes this broker the leader (it must be a live member of the ISR),
         ``follower`` hands leadership to another live ISR member; the partition follows when the
         new state reaches it."""
@@ -39,7 +40,7 @@ class ReplicaRoles:
                     raise InvalidRequest("no other live in-sync replica to hand the leadership to")
                 await self.ctx.cluster.set_leader(topic, partition, others[0], [])
             await self.ctx.cluster.await_role(part, role)
-            return part
+            return part.high_watermark - 1
         t = await self.admin.ensure_topic(topic)
         if not 0 <= partition < len(t.partitions):
             raise UnknownPartition(f"partition not found: topic={topic} partition={partition}")
@@ -48,7 +49,7 @@ class ReplicaRoles:
         meta = self.ctx.metadata.partitions.get((topic, partition))
         if meta is not None and meta.leader != self.ctx.config.broker_id:
             self.ctx.metadata.set_leader(topic, partition, self.ctx.config.broker_id, None)
-        return part
+        return part.replicas.high_watermark(part.leader_last)
 
     async def replica_progress(self, topic: str, partition: int, replica_id: int,
                                offset: int) -> ReplicaReport:

@@ -345,9 +345,8 @@ class TopicAdmin:
         async with self.ctx.admin_lock:
             topic = self.ctx.topic(name)
             parts = list(topic.partitions)
-            if self.ctx.cluster is not None:
-                for part in parts:
-                    self.ctx.check_leader(part)
+            for part in parts:
+                self.ctx.topology.check_log_changes(part)
 
             def _purge() -> None:
                 for part in parts:
@@ -370,8 +369,7 @@ class TopicAdmin:
             raise InvalidRequest(f"segment count must not be negative, not {count}")
         async with self.ctx.admin_lock:
             part = self.ctx.partition(topic, partition)
-            if self.ctx.cluster is not None:
-                self.ctx.check_leader(part)
+            self.ctx.topology.check_log_changes(part)
             return await asyncio.get_running_loop().run_in_executor(
                 self.ctx.io, part.log.delete_oldest_segments, count)
 

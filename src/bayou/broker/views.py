@@ -10,9 +10,10 @@ implements ``SharedDocuments``; a standalone broker has none.
 from __future__ import annotations
 
 import asyncio
+import enum
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,16 @@ class Endpoint:
     host: str
     port: int
     controller: bool
+
+
+class Here(enum.Enum):
+    """The answer "this broker" of a standalone broker to "where is it served": it has no
+    registered listeners to name, so the front end names the one the client is connected to."""
+
+    THIS_BROKER = "this broker"
+
+
+THIS_BROKER: Final = Here.THIS_BROKER
 
 
 @dataclass(frozen=True, slots=True)

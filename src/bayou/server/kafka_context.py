@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from bayou.broker.authz import Principal
+from bayou.broker.views import THIS_BROKER
 from bayou.protocols.kafka.codes import error_code
 
 if TYPE_CHECKING:
@@ -93,10 +94,9 @@ def group_coordinator(broker: Broker, group: str, here: Advertised) -> Advertise
     """Where ``group`` is coordinated: this broker standalone; in cluster mode the broker the
     cluster assigns it (Kafka's classic groups are kept in the coordinator's memory), None while
     none is known."""
-    if not broker.clustered:
+    e = broker.group_coordinator(group, _preference(here))
+    if e is THIS_BROKER:
         return here
-    names = _preference(here)
-    e = broker.group_coordinator(group, names)
     if e is None:
         return None
     return Advertised(e.broker_id, e.host, e.port)  # as Metadata names it

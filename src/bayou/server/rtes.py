@@ -256,18 +256,14 @@ class RtesService:
     async def set_partition_role(self, r: m.SetPartitionRole) -> str:
         self.broker.check_topic_name(r.topic)
         try:
-            part = await self.broker.set_partition_role(r.topic, r.partition, r.role)
+            hw = await self.broker.set_partition_role(r.topic, r.partition, r.role)
         except (InvalidConfig, InvalidRequest) as exc:
-            if self.broker.cluster is None:
+            if not self.broker.clustered:  # the single node's V1 answers these as before
                 raise
             raise RtesError(Code.BAD_REQUEST, exc.message) from None
         except UnknownPartition:
             raise RtesError(Code.BAD_REQUEST,
                             f"partition not found: topic={r.topic} partition={r.partition}") from None
-        if part.cluster is not None:
-            hw = part.high_watermark - 1
-        else:
-            hw = part.replicas.high_watermark(part.leader_last)
         return f"topic={r.topic} partition={r.partition} role={r.role} hw={hw}"
 
     async def ping(self, r: m.Ping) -> None:
@@ -353,14 +349,12 @@ class RtesService:
             raise RtesError(Code.BAD_REQUEST, f"topic not found: {r.topic}")
         if (r.topic, r.partition) not in md.partitions:
             raise RtesError(Code.BAD_REQUEST, f"partition not found: topic={r.topic} partition={r.partition}")
-        if self.broker.cluster is not None:  # cluster mode: the state in ZooKeeper
-            try:
-                await self.broker.cluster.set_leader(r.topic, r.partition, r.leader_id, list(r.isr))
-            except BayouError as exc:
-                raise RtesError(Code.BAD_REQUEST, exc.message) from None
-            return (f"topic={r.topic} partition={r.partition} leader={r.leader_id} isr={go_list(r.isr)} "
-                    + self._meta_tail())
-        md.set_leader(r.topic, r.partition, r.leader_id, list(r.isr))
+        try:  # standalone the V1 metadata model's; in cluster mode the state in ZooKeeper
+            await self.broker.set_partition_leader(r.topic, r.partition, r.leader_id, list(r.isr))
+        except BayouError as exc:
+            if not self.broker.clustered:  # the single node's V1 answers these as before
+                raise
+            raise RtesError(Code.BAD_REQUEST, exc.message) from None
         return (f"topic={r.topic} partition={r.partition} leader={r.leader_id} isr={go_list(r.isr)} "
                 + self._meta_tail())
 
@@ -381,9 +375,7 @@ class RtesService:
     async def admin_elect(self, r: m.AdminElectTopicLeaders) -> str:
         if not await self.broker.has_topic(r.topic):
             raise UnknownTopic(f"topic not found: {r.topic}")
-        if self.broker.cluster is not None:
-            return f"topic={r.topic} elected_changes={await self.broker.cluster.elect_leaders(r.topic)}"
-        return f"topic={r.topic} elected_changes={self.broker.metadata.elect_leaders(r.topic)}"
+        return f"topic={r.topic} elected_changes={await self.broker.elect_leaders(r.topic)}"
 
 
 class _Lines(LineReader):

@@ -132,7 +132,7 @@ async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: byt
     if not 0 <= partition < broker.partition_count(topic):
         return PRODUCE_UNKNOWN_PARTITION
     acks = Acks.LEADER
-    if broker.cluster is not None and required_acks > 1:
+    if broker.clustered and required_acks > 1:
         rs = broker.partition(topic, partition).cluster
         if rs is not None and rs.is_leader and len(rs.isr) < min(required_acks, len(rs.replicas)):
             return PRODUCE_INSUFFICIENT_REPLICAS

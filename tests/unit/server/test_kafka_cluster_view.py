@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from bayou.broker.views import Endpoint
+from bayou.broker.views import THIS_BROKER, Endpoint, Here
 from bayou.server.kafka_context import Advertised, cluster_brokers, group_coordinator
 
 
@@ -25,9 +25,9 @@ class FakeBroker:
     def listener_endpoints(self, listener: str) -> list[Endpoint] | None:
         return None if self.listeners is None else self.listeners.get(listener, [])
 
-    def group_coordinator(self, group: str, listeners: Sequence[str]) -> Endpoint | None:
+    def group_coordinator(self, group: str, listeners: Sequence[str]) -> Endpoint | Here | None:
         self.asked = tuple(listeners)
-        return self.coordinator
+        return THIS_BROKER if self.listeners is None else self.coordinator
 
 
 def _view(broker: FakeBroker, here: Advertised) -> tuple[list[Advertised], int]:

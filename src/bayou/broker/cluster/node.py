@@ -87,7 +87,8 @@ class ClusterNode:
         self._passes = 0
         self._probing: set[int] = set()  # brokers whose death is being confirmed
         # From now on the broker is in cluster mode: it leads nothing until ZooKeeper says so,
-        # and its topics change through ZooKeeper.
+        # its topics change through ZooKeeper, and its groups and offsets are kept there (setting
+        # ``cluster`` swaps in the cluster's topology and group store: broker/coordination.py).
         replicas = ClusterReplicas(ctx)
         broker.cluster = self
         broker.metadata_store = self

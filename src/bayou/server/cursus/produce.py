@@ -30,7 +30,7 @@ class ProduceHandlers:
         # cluster mode -1/all waits for the in-sync replicas (or answers the timeout error).
         if level is rq.AckLevel.NONE:
             return Acks.NONE
-        if level is rq.AckLevel.ALL and self.broker.cluster is not None:
+        if level is rq.AckLevel.ALL and self.broker.clustered:
             return Acks.ALL
         return Acks.LEADER
 

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bayou.broker import Broker
+from bayou.broker.views import THIS_BROKER
 from bayou.errors import BayouError
 from bayou.protocols.cursus import batch as cb
 from bayou.protocols.cursus import replies
@@ -116,7 +117,7 @@ class CursusService:
                 return await self.produce.produce_batch(body, item)
             if not rq.served(item):
                 return rq.unknown(item)
-            if item.name in GROUP_COMMANDS and self.broker.cluster is not None:
+            if item.name in GROUP_COMMANDS:
                 self._check_coordinator(item)
             request = rq.decode(item)
             return await self.table[type(request)](request, state, conn)
@@ -130,25 +131,22 @@ class CursusService:
             log.exception("Cursus request failed")
             return replies.error("internal_error", ("reason", "internal error"))
 
-    # -- cluster mode ----------------------------------------------------------------------------
+    # -- group coordination (a cluster's groups each live on one broker) -------------------------
 
     def _check_coordinator(self, cmd: Command) -> None:
-        """Cluster mode: a group's membership lives on its coordinator; elsewhere the distributed
-        Cursus broker's ``ERROR: NOT_COORDINATOR host=<h> port=<p>``, on which clients find the
-        coordinator again and rejoin there."""
+        """A group's membership lives on its coordinator (standalone: this broker); elsewhere the
+        distributed Cursus broker's ``ERROR: NOT_COORDINATOR host=<h> port=<p>``, on which
+        clients find the coordinator again and rejoin there."""
         positional = rq.positional(cmd)  # the seeds' forms: topic, group, ...
         group = cmd.args.get("group") or (positional[1] if len(positional) > 1 else None)
-        cluster = self.broker.cluster
-        if not group or cluster is None:
+        if not group:
             return
-        reg = cluster.coordinator_of(group, "cursus")
-        if reg is None:  # the cluster state has not arrived yet
+        where = self.broker.group_coordinator(group, ("cursus",))
+        if where is None:  # the cluster state has not arrived yet
             raise err("coordinator_not_available", ("group", group))
-        if reg.broker_id == self.broker.config.broker_id:
+        if where is THIS_BROKER or where.broker_id == self.broker.config.broker_id:
             return
-        where = reg.address("cursus")
-        assert where is not None  # chosen among brokers with a Cursus listener
-        raise err(replies.ErrorCode.NOT_COORDINATOR, ("host", where[0]), ("port", where[1]))
+        raise err(replies.ErrorCode.NOT_COORDINATOR, ("host", where.host), ("port", where.port))
 
 
 def cursus_handler(service: CursusService) -> Callable[[Connection, Listener], Awaitable[None]]:

@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable
 
 from bayou.broker.groups.coordinator import CURSUS_POLICY
+from bayou.broker.views import THIS_BROKER
 from bayou.errors import InvalidConfig, InvalidTopicName
 from bayou.protocols.cursus import replies
 from bayou.protocols.cursus import requests as rq
@@ -79,27 +80,22 @@ class TopicHandlers:
         n = self.broker.partition_count(topic)
         advertised = self.ctx.advertised
         addr = f"{advertised.host}:{advertised.port}"
-        leaders, epochs = [addr] * n, ["0"] * n
-        cluster = self.broker.cluster
-        if cluster is not None:  # each partition's leader (its Cursus listener) and leader epoch
-            for p in range(n):
-                reg, epoch = cluster.partition_leader(topic, p)
-                where = reg.address("cursus") if reg is not None else None
-                leaders[p] = f"{where[0]}:{where[1]}" if where is not None else ""
-                epochs[p] = str(max(epoch, 0))
+        leaders, epochs = [], []
+        for p in range(n):  # each partition's leader (its Cursus listener) and leader epoch
+            where = self.broker.leader_endpoint(topic, p, "cursus")
+            leaders.append(addr if where is THIS_BROKER else f"{where.host}:{where.port}" if where else "")
+            epochs.append(str(max(self.broker.leader_epoch(topic, p), 0)))
         return replies.ok(("topic", topic), ("partitions", n), ("leaders", ",".join(leaders)),
                           ("epochs", ",".join(epochs)), *self._policy_pairs(topic))
 
     async def find_coordinator(self, req: rq.FindCoordinator, state: ConnState,
                                conn: Connection | None) -> bytes:
-        cluster = self.broker.cluster
-        if cluster is not None and req.kind == "group":
-            reg = cluster.coordinator_of(req.key, "cursus")
-            where = reg.address("cursus") if reg is not None else None
-            if reg is None or where is None:
-                raise err("coordinator_not_available", ("group", req.key))
-            return replies.ok(("coordinator_id", reg.broker_id), ("coordinator_type", req.kind),
-                              ("host", where[0]), ("port", where[1]))
+        where = self.broker.group_coordinator(req.key, ("cursus",)) if req.kind == "group" else THIS_BROKER
+        if where is None:
+            raise err("coordinator_not_available", ("group", req.key))
+        if where is not THIS_BROKER:
+            return replies.ok(("coordinator_id", where.broker_id), ("coordinator_type", req.kind),
+                              ("host", where.host), ("port", where.port))
         return replies.ok(("coordinator_id", "standalone"), ("coordinator_type", req.kind),
                           ("host", self.ctx.advertised.host), ("port", self.ctx.advertised.port))
 
