@@ -23,7 +23,7 @@ Example ``bayou.toml``::
 
     [iggy]
     root_username = "iggy"           # the root user made on first start (env IGGY_ROOT_USERNAME)
-    root_password = "iggy"           # (env IGGY_ROOT_PASSWORD); stored argon2-hashed
+    root_password = "iggy"           # (env IGGY_ROOT_PASSWORD); stored argon2-hashed and as SCRAM credentials
     seed_dialect = false             # serve design-document clients, which have no login
 
     [security]

@@ -17,6 +17,7 @@ from bayou.broker import Broker, BrokerConfig
 from bayou.broker.authz import ANONYMOUS_ACCESS, AnonymousAccess, Principal
 from bayou.errors import InvalidConfig
 from bayou.protocols.kafka.framing import Sniffed, sniff
+from bayou.protocols.scram import ScramCredential
 from bayou.server.base import Admission, Connection, ConnectionLimits, Listener
 from bayou.server.cursus import Advertised, CursusService, cursus_handler
 from bayou.server.iggy import IggyService, iggy_handler
@@ -239,6 +240,30 @@ class ServerConfig:
                                 max_inflight_bytes=self.max_inflight_bytes)
 
 
+class _KafkaLogins:
+    """SASL on a Kafka listener (server/kafka_context.py ``Logins``): the broker's users, which
+    the Iggy front end keeps, through its login guard (as the HTTP port's Basic login). With the
+    Iggy listener off this broker has no users: every login fails."""
+
+    def __init__(self, server: BayouServer) -> None:
+        self.server = server
+
+    def _users(self) -> IggyService:
+        if self.server.iggy is None:
+            raise AuthFailure("invalid_credentials")
+        return self.server.iggy
+
+    async def plain(self, peer: str, user: str, password: str) -> Principal:
+        return await self._users().credentials_principal(peer, user, password, via="kafka")
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        iggy = self.server.iggy
+        return None if iggy is None else iggy.users.scram_credential(user, mechanism)
+
+    async def scram(self, peer: str, user: str, verify: Callable[[], bytes]) -> tuple[Principal, bytes]:
+        return await self._users().scram_principal(peer, user, verify)
+
+
 class BayouServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
@@ -257,16 +282,9 @@ class BayouServer:
 
     def kafka_service(self) -> KafkaService:
         if self._kafka is None:
-            self._kafka = KafkaService(self.broker, login=self._kafka_login)
+            self._kafka = KafkaService(self.broker, login=_KafkaLogins(self))
             self.meters["kafka"] = self._kafka.meter
         return self._kafka
-
-    async def _kafka_login(self, peer: str, user: str, password: str) -> Principal:
-        """SASL PLAIN on a Kafka listener: the broker's users, which the Iggy front end keeps
-        (the same check as the HTTP port's Basic login)."""
-        if self.iggy is None:  # no users on this broker: the Iggy listener is off
-            raise AuthFailure("invalid_credentials")
-        return await self.iggy.credentials_principal(peer, user, password)
 
     def kafka_advertised(self, listener: Listener) -> KafkaAdvertised:
         """What Metadata tells a client of ``listener``: the advertised host, the listener's port

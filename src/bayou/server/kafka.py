@@ -28,7 +28,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from bayou.broker import Broker
-from bayou.broker.authz import current_caller
+from bayou.broker.authz import Principal, current_caller
 from bayou.broker.broker import Acks
 from bayou.errors import (
     BayouError,
@@ -38,6 +38,7 @@ from bayou.errors import (
     UnknownPartition,
     UnknownTopic,
 )
+from bayou.protocols import scram
 from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import (
@@ -48,6 +49,7 @@ from bayou.protocols.kafka.codes import (
 )
 from bayou.protocols.kafka.framing import MAX_REQUEST_SIZE, FrameReader, KafkaError
 from bayou.protocols.kafka.records import check_produced, for_kafka
+from bayou.protocols.scram import ScramExchange, ScramFailure
 from bayou.records.formats import kafka_producer
 from bayou.server import kafka_admin, kafka_groups
 from bayou.server.base import Connection, Listener
@@ -61,7 +63,7 @@ from bayou.server.kafka_context import (
     Advertised,
     Fields,
     Handler,
-    Login,
+    Logins,
     Request,
     Session,
     cluster_brokers,
@@ -81,17 +83,18 @@ SERVED: Mapping[ApiKey, VersionRange] = MappingProxyType({
 """What ApiVersions advertises: every API of ``SUPPORTED`` bayou serves today. Transactions are
 not served yet (a client that sees no AddPartitionsToTxn refuses transactional use up front)."""
 
-MECHANISMS = ("PLAIN",)
+PLAIN = "PLAIN"
+MECHANISMS = (PLAIN, *scram.MECHANISMS)  # what SaslHandshake offers
 PRODUCER_ID_STRIDE = 1024  # broker ids 0..1023 get producer ids of their own (ms << 18 < 2**63)
 
 class KafkaService:
     """The Kafka front end of one broker, shared by every listener that speaks Kafka."""
 
     def __init__(self, broker: Broker, served: Mapping[ApiKey, VersionRange] = SERVED,
-                 login: Login | None = None) -> None:
+                 login: Logins | None = None) -> None:
         self.broker = broker
         self.served = served
-        self.login = login  # SASL PLAIN's check of a user name and password
+        self.login = login  # SASL's checks against the broker's users
         self.meter = RequestMeter("kafka")
         # producer ids from the clock (ms << 8): unique across restarts without a stored counter;
         # the low bits are the broker id, so the brokers of a cluster never hand out the same one
@@ -418,32 +421,69 @@ async def sasl_handshake(svc: KafkaService, req: Request, body: Any) -> Fields:
     return {"mechanisms": list(MECHANISMS)}
 
 
+def _refused(session: Session, reason: str) -> Fields:
+    """SASL_AUTHENTICATION_FAILED, then the connection closes (Kafka's behaviour: a client must
+    not go on unauthenticated)."""
+    session.close = True
+    session.scram = None
+    return {"error_code": ErrorCode.sasl_authentication_failed,
+            "error_message": f"Authentication failed: {reason}", "auth_bytes": b""}
+
+
+async def _plain(svc: KafkaService, session: Session, token: bytes) -> Principal:
+    """PLAIN (RFC 4616): ``authzid NUL authcid NUL password``, checked against the broker's users."""
+    parts = token.split(b"\0")
+    if len(parts) != 3 or svc.login is None:
+        raise AuthFailure("invalid_credentials")  # malformed, or no users to check against
+    authzid, user, password = (p.decode() for p in parts)
+    if authzid and authzid != user:
+        raise AuthFailure("invalid_credentials")  # acting as another user is not offered
+    return await svc.login.plain(session.peer, user, password)
+
+
+async def _scram(svc: KafkaService, session: Session, message: bytes) -> tuple[Principal | None, bytes]:
+    """One step of SCRAM (RFC 5802, KIP-84): the client-first message is answered with the
+    server-first (no principal yet); the client-final's proof is judged through the login guard
+    and answered with the server-final and the principal."""
+    assert session.mechanism is not None
+    if svc.login is None:
+        raise AuthFailure("invalid_credentials")  # no users to check against
+    if session.scram is None:
+        session.scram = ScramExchange(session.mechanism, svc.login.scram_credential)
+        return None, session.scram.first(message)
+    exchange, session.scram = session.scram, None
+    assert exchange.username is not None
+    return await svc.login.scram(session.peer, exchange.username, lambda: exchange.final(message))
+
+
 async def sasl_authenticate(svc: KafkaService, req: Request, body: Any) -> Fields:
-    """PLAIN (RFC 4616): ``authzid NUL authcid NUL password``, checked against the broker's users;
-    the connection's principal is then that user (broker/authz.py). A failure is answered, then
-    the connection closes (Kafka's behaviour: a client must not go on unauthenticated)."""
+    """PLAIN in one step; SCRAM-SHA-256/512 in two (client-first, client-final). The connection's
+    principal is then that user (broker/authz.py). A failure (wrong password, unknown user,
+    malformed message, nonce that does not match) is answered SASL_AUTHENTICATION_FAILED, then the
+    connection closes."""
     session = req.session
     if session.mechanism is None or session.authenticated:
         session.close = True
         return {"error_code": ErrorCode.illegal_sasl_state,
                 "error_message": "SaslHandshake first, once per connection", "auth_bytes": b""}
-    parts = bytes(body.auth_bytes).split(b"\0")
+    answer = b""
     try:
-        if len(parts) != 3 or svc.login is None:
-            raise AuthFailure("invalid_credentials")  # malformed, or no users to check against
-        authzid, user, password = (p.decode() for p in parts)
-        if authzid and authzid != user:
-            raise AuthFailure("invalid_credentials")  # acting as another user is not offered
-        principal = await svc.login(session.peer, user, password)
+        if session.mechanism == PLAIN:
+            principal: Principal | None = await _plain(svc, session, bytes(body.auth_bytes))
+        else:
+            principal, answer = await _scram(svc, session, bytes(body.auth_bytes))
     except (AuthFailure, UnicodeDecodeError):
-        session.close = True
-        return {"error_code": ErrorCode.sasl_authentication_failed,
-                "error_message": "Authentication failed: invalid credentials", "auth_bytes": b""}
-    caller = current_caller()
-    if caller is not None:
-        caller.login(principal)
-    session.authenticated = True
-    return {"auth_bytes": b"", "session_lifetime": 0}
+        return _refused(session, "invalid credentials")
+    except ScramFailure as exc:
+        if not exc.proof:
+            log.info("SCRAM exchange refused: %s", exc, extra={"peer": session.peer})
+        return _refused(session, str(exc))
+    if principal is not None:  # else the exchange goes on: the client-final message is next
+        caller = current_caller()
+        if caller is not None:
+            caller.login(principal)
+        session.authenticated = True
+    return {"auth_bytes": answer, "session_lifetime": 0}
 
 
 # -- dispatch ------------------------------------------------------------------------------------

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from bayou.broker.authz import Principal
 from bayou.broker.views import THIS_BROKER
 from bayou.protocols.kafka.codes import error_code
+from bayou.protocols.scram import ScramCredential, ScramExchange
 
 if TYPE_CHECKING:
     from bayou.broker import Broker
@@ -28,9 +29,23 @@ TOPIC_OPERATIONS = sum(1 << b for b in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << b for b in (5, 7, 8, 9, 10, 11, 12))
 GROUP_OPERATIONS = sum(1 << b for b in (3, 6, 8))
 
-Login = Callable[[str, str, str], Awaitable[Principal]]
-"""(peer address, user name, password) -> the principal of those credentials; raises
-``AuthFailure`` (the broker's users: server/iggy/users.py, as the HTTP port's Basic login)."""
+class Logins(Protocol):
+    """The broker's users as SASL on a Kafka listener sees them: the Iggy listener's users, login
+    guard and hash pool (server/iggy/auth.py), as the HTTP port's Basic login (app.py wires them)."""
+
+    async def plain(self, peer: str, user: str, password: str) -> Principal:
+        """The principal of these credentials (PLAIN); raises AuthFailure."""
+        ...
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """What ``user``'s SCRAM proof is checked against; None: no such active user, or none kept."""
+        ...
+
+    async def scram(self, peer: str, user: str, verify: Callable[[], bytes]) -> tuple[Principal, bytes]:
+        """A SCRAM exchange's last step judged through the login guard (``verify`` raises
+        ScramFailure or returns the server-final message), and the principal of ``user``;
+        raises AuthFailure or ScramFailure."""
+        ...
 
 
 @dataclass(slots=True)
@@ -41,6 +56,7 @@ class Session:
     mechanism: str | None = None
     authenticated: bool = False
     close: bool = False
+    scram: ScramExchange | None = None  # a SCRAM exchange between its two SaslAuthenticate steps
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,13 +12,14 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from bayou.broker.authz import Permissions, Principal, current_caller
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codes import Command, EvictionReason, Status
 from bayou.protocols.iggy.convert import ENVELOPE_CLIENT
 from bayou.protocols.iggy.framing import Dialect, IggyError, RequestHeader
+from bayou.protocols.scram import ScramFailure
 from bayou.server.iggy.context import PROTOCOL_VERSION, SERVER_NAME, Context, Session
 from bayou.server.iggy.state import USERS_FILE
 from bayou.server.iggy.users import AuthFailure, User, UserStoreError, from_iggy, hash_token, permissions_of
@@ -26,6 +27,7 @@ from bayou.server.login_guard import LoginGuard, client_ip
 from bayou.server.workers import hash_pool, run_in
 
 log = logging.getLogger("bayou.iggy")
+T = TypeVar("T")
 
 # What a command needs before it runs: nothing (None) or a permission (see broker/authz.py).
 PUBLIC = frozenset({Command.PING, Command.LOGIN_USER, Command.LOGIN_REGISTER,
@@ -122,30 +124,53 @@ class AuthHandlers:
         self.login_guard.succeeded(ip)
         return user
 
-    async def credentials_principal(self, address: str, username: str | None, secret: str) -> Principal:
-        """The principal of credentials presented outside an Iggy connection (the HTTP port's
-        Basic ``username``/password, or a Bearer personal access token when ``username`` is None):
-        the same users, hash pool and guard as an Iggy login (the wait doubles with the address's
-        recent failures; every failure logged at WARNING with the address and user name, never the
-        secret). Raises AuthFailure."""
+    async def _guarded(self, address: str, username: str, via: str, attempt: Callable[[], Awaitable[T]],
+                       failures: tuple[type[Exception], ...] = (AuthFailure,)) -> T:
+        """A login outside an Iggy connection through the guard: the wait doubles with the
+        address's recent failures; every failure (one of ``failures``, raised as it is) is logged at
+        WARNING with the address and user name, never the secret."""
         ip = client_ip(address)
         wait = self.login_guard.delay(ip, 0)
         if wait:
             await asyncio.sleep(wait)
         try:
-            if username is None:
-                user = await self._authenticate(self.users.authenticate_token, secret)
-                principal = Principal.login(user.id, user.username, hash_token(secret))
-            else:
-                user = await self._authenticate(self.users.authenticate, username, secret)
-                principal = Principal.login(user.id, user.username)
-        except AuthFailure:
+            result = await attempt()
+        except failures:
             recent = self.login_guard.failed(ip)
-            log.warning("http login failed", extra={
-                "peer": address, "user": username or "(personal access token)", "address_failures": recent})
+            log.warning("%s login failed", via, extra={
+                "peer": address, "user": username, "address_failures": recent})
             raise
         self.login_guard.succeeded(ip)
-        return principal
+        return result
+
+    async def credentials_principal(self, address: str, username: str | None, secret: str,
+                                    via: str = "http") -> Principal:
+        """The principal of credentials presented outside an Iggy connection (the HTTP port's
+        Basic ``username``/password or a Bearer personal access token when ``username`` is None;
+        SASL PLAIN on a Kafka listener): the same users, hash pool and guard as an Iggy login.
+        Raises AuthFailure."""
+        async def attempt() -> Principal:
+            if username is None:
+                user = await self._authenticate(self.users.authenticate_token, secret)
+                return Principal.login(user.id, user.username, hash_token(secret))
+            user = await self._authenticate(self.users.authenticate, username, secret)
+            return Principal.login(user.id, user.username)
+
+        return await self._guarded(address, username or "(personal access token)", via, attempt)
+
+    async def scram_principal(self, address: str, username: str, verify: Callable[[], T]
+                              ) -> tuple[Principal, T]:
+        """A SCRAM login's proof judged through the same guard (``verify``: the exchange's last
+        step, a few HMACs, run here; it raises ScramFailure), then the principal of ``username``
+        as the store has it now, with what ``verify`` returned (the server-final message)."""
+        async def attempt() -> tuple[Principal, T]:
+            answer = verify()
+            user = self.users.get(username)
+            if user is None or not user.active:  # deleted or deactivated during the exchange
+                raise AuthFailure("invalid_credentials")
+            return Principal.login(user.id, user.username), answer
+
+        return await self._guarded(address, username, "kafka", attempt, (AuthFailure, ScramFailure))
 
     async def login_user(self, s: Session, req: m.LoginUser) -> m.LoginReply:
         if s.dialect is None:

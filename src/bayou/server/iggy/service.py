@@ -32,7 +32,7 @@ import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from bayou.broker import Broker
 from bayou.broker.authz import Permissions, Principal
@@ -92,6 +92,8 @@ MAYBE_ELSEWHERE = frozenset({
     Status.INVALID_CREDENTIALS, Status.RESOURCE_NOT_FOUND,
 })
 IDLE_MEMBER_TIMEOUT_S = 36.0  # the current server: 1.2 x 30 s without a request, members only (E.5)
+
+T = TypeVar("T")
 
 
 class IggyService:
@@ -181,8 +183,13 @@ class IggyService:
     def user_permissions(self, principal: Principal) -> Permissions | None:
         return self.auth.user_permissions(principal)
 
-    async def credentials_principal(self, address: str, username: str | None, secret: str) -> Principal:
-        return await self.auth.credentials_principal(address, username, secret)
+    async def credentials_principal(self, address: str, username: str | None, secret: str,
+                                    via: str = "http") -> Principal:
+        return await self.auth.credentials_principal(address, username, secret, via)
+
+    async def scram_principal(self, address: str, username: str, verify: Callable[[], T]
+                              ) -> tuple[Principal, T]:
+        return await self.auth.scram_principal(address, username, verify)
 
     async def change_users(self, change: Callable[[], Any]) -> Any:
         return await self.auth.change_users(change)

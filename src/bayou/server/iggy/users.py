@@ -10,7 +10,10 @@ Reads (``get``, ``users``, ``tokens``, ``current``) never block: records are imm
 whole, and only writers take the lock.
 
 Secrets never reach the disk in the clear: passwords are Argon2id hashes (argon2-cffi, t=2,
-m=19 MiB, p=1), personal access tokens are stored as their SHA-256 hex digest (as Iggy does) and
+m=19 MiB, p=1) beside their SCRAM credentials (salt, iterations, StoredKey and ServerKey for
+SCRAM-SHA-256 and SCRAM-SHA-512, protocols/scram.py: what a Kafka client's SCRAM login is checked
+against, derived whenever a password is set; a user written before they were kept has none until
+its password is set again), personal access tokens are stored as their SHA-256 hex digest (as Iggy does) and
 handed out once, on creation. Each change is written temp + fsync + rename (STYLE habit 9).
 
 Iggy's rules, from its server source (``shard/system/users.rs``, ``personal_access_tokens.rs``):
@@ -23,6 +26,7 @@ not told to someone who does not know its password.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import json
@@ -41,6 +45,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 
 from bayou.broker import authz
 from bayou.protocols.iggy import messages as m
+from bayou.protocols.scram import HASHES, ScramCredential, derive_all
 from bayou.storage.fsutil import atomic_write
 
 log = logging.getLogger("bayou.iggy")
@@ -168,6 +173,10 @@ class _Record:
     user: User
     password_hash: str
     tokens: tuple[_Token, ...] = field(default=())
+    scram: tuple[ScramCredential, ...] = field(default=())  # one per mechanism; () before SCRAM
+
+    def scram_credential(self, mechanism: str) -> ScramCredential | None:
+        return next((c for c in self.scram if c.mechanism == mechanism), None)
 
 
 # -- the store ----------------------------------------------------------------------------------
@@ -209,14 +218,30 @@ class UserStore:
                 _check_username(self.root_username)
                 _check_password(self.root_password)
                 root = User(ROOT_ID, self.root_username, self.clock(), True, authz.Permissions.everything())
-                self._set({ROOT_ID: _Record(root, self._hasher.hash(self.root_password))})
-                try:
-                    self._save()
-                except OSError as exc:  # a full disk: the root user works from memory until written
-                    self.unsaved = True
-                    log.warning("cannot write the Iggy users file at start: %s", exc)
+                self._set({ROOT_ID: _Record(root, self._hasher.hash(self.root_password),
+                                            scram=derive_all(self.root_password))})
+                self._save_at_start()
                 return
             self.replace(self.path.read_bytes(), str(self.path))
+            self._give_root_scram()
+
+    def _give_root_scram(self) -> None:
+        """A users file written before SCRAM credentials were kept: the root user gets its own
+        now when the configured root password is still its password (every other user when its
+        password is next set), so that root can log in with SCRAM after an upgrade."""
+        root = self._records.get(ROOT_ID)
+        if root is None or root.scram or not self._verify(root.password_hash, self.root_password):
+            return
+        self._set({**self._records, ROOT_ID: dataclasses.replace(
+            root, scram=derive_all(self.root_password))})
+        self._save_at_start()
+
+    def _save_at_start(self) -> None:
+        try:
+            self._save()
+        except OSError as exc:  # a full disk: the users work from memory until written
+            self.unsaved = True
+            log.warning("cannot write the Iggy users file at start: %s", exc)
 
     def replace(self, data: bytes, source: str = "the users document") -> None:
         """Take every user from ``snapshot()`` bytes (cluster mode: the shared copy)."""
@@ -303,6 +328,19 @@ class UserStore:
             raise AuthFailure("inactive")
         return record.user
 
+    def scram_credential(self, username: str, mechanism: str) -> ScramCredential | None:
+        """The SCRAM credential a Kafka login as ``username`` is checked against; None for an
+        unknown or inactive user, or one whose password was set before SCRAM credentials were kept
+        (a look-up, no hashing: the exchange checks the proof)."""
+        record = self._record(username)
+        if record is None or not record.user.active:
+            return None
+        found = record.scram_credential(mechanism)
+        if found is None:
+            log.warning("user has no SCRAM credentials (its password was set before bayou kept them): "
+                        "set its password again to log in with SCRAM", extra={"user": username})
+        return found
+
     def authenticate_token(self, token: str) -> User:
         """The owner of a personal access token; an unknown or expired token is "invalid_token"."""
         user_id, name = self._by_token.get(hash_token(token), (-1, ""))
@@ -336,12 +374,12 @@ class UserStore:
         _check_password(password)
         if self._record(username) is not None:
             raise UserAlreadyExists(f"user {username!r} already exists")
-        password_hash = self._hasher.hash(password)
+        password_hash, credentials = self._hasher.hash(password), derive_all(password)
         with self._lock:
             if self._record(username) is not None:  # created while we hashed
                 raise UserAlreadyExists(f"user {username!r} already exists")
             user = User(_lowest_free(self._records), username, self.clock(), active, permissions)
-            self._replace(_Record(user, password_hash), user.id)
+            self._replace(_Record(user, password_hash, scram=credentials), user.id)
             return user
 
     def update_user(self, ident: int | str, *, username: str | None = None,
@@ -375,12 +413,13 @@ class UserStore:
         record = self._require(ident)
         if not self._verify(record.password_hash, current):
             raise AuthFailure("invalid_credentials")
-        new_hash = self._hasher.hash(new)
+        new_hash, credentials = self._hasher.hash(new), derive_all(new)
         with self._lock:
             latest = self._require(record.user.id)
             if latest.password_hash != record.password_hash:  # changed while we hashed
                 raise AuthFailure("invalid_credentials")
-            self._replace(dataclasses.replace(latest, password_hash=new_hash), latest.user.id)
+            self._replace(dataclasses.replace(latest, password_hash=new_hash, scram=credentials),
+                          latest.user.id)
 
     def delete_user(self, ident: int | str) -> None:
         """Deletes the user and its tokens; root cannot be deleted."""
@@ -502,7 +541,10 @@ def _record_json(r: _Record) -> dict[str, Any]:
             "password_hash": r.password_hash,
             "permissions": None if u.permissions is None else dataclasses.asdict(u.permissions),
             "tokens": [{"name": t.name, "token_hash": t.token_hash, "expiry_at": t.expiry_at_us}
-                       for t in r.tokens]}
+                       for t in r.tokens],
+            "scram": {c.mechanism: {"salt": _b64(c.salt), "iterations": c.iterations,
+                                    "stored_key": _b64(c.stored_key), "server_key": _b64(c.server_key)}
+                      for c in r.scram}}
 
 
 def _record_from_json(d: dict[str, Any]) -> _Record:
@@ -510,7 +552,19 @@ def _record_from_json(d: dict[str, Any]) -> _Record:
                 _permissions_from_json(d["permissions"]))
     tokens = tuple(_Token(str(t["name"]), str(t["token_hash"]),
                           None if t["expiry_at"] is None else int(t["expiry_at"])) for t in d["tokens"])
-    return _Record(user, str(d["password_hash"]), tokens)
+    credentials = tuple(  # absent in a file written before SCRAM credentials were kept
+        ScramCredential(str(mech), _unb64(c["salt"]), int(c["iterations"]), _unb64(c["stored_key"]),
+                              _unb64(c["server_key"]))
+        for mech, c in d.get("scram", {}).items() if mech in HASHES)
+    return _Record(user, str(d["password_hash"]), tokens, credentials)
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _unb64(text: object) -> bytes:
+    return base64.b64decode(str(text), validate=True)
 
 
 def _permissions_from_json(d: dict[str, Any] | None) -> authz.Permissions | None:
