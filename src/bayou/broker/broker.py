@@ -13,6 +13,7 @@ this class.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,7 +42,7 @@ from bayou.broker.roles import ReplicaRoles
 from bayou.broker.settings import BrokerConfig
 from bayou.broker.topics import TOPIC_KEYS, TopicAdmin
 from bayou.broker.views import Endpoint, Here, LogTotals, SharedDocuments
-from bayou.errors import Unauthorized
+from bayou.errors import BayouError, Unauthorized
 from bayou.records.formats import ProducerSequence
 from bayou.stats import Recovery
 from bayou.storage import FileSpan, PartitionLog, validate_topic_name
@@ -411,6 +412,41 @@ class Broker:
         """(leader, replicas, ISR) of a partition: this broker alone when standalone; in cluster
         mode ZooKeeper's as this broker last read them (leader -1 and an empty ISR while none)."""
         return self.ctx.topology.partition_replicas(topic, partition)
+
+    def count_out(self, topic: str, partition: int, nbytes: int, records: int) -> None:
+        """Count client bytes and records served outside ``fetch`` (TANK's zero-copy sends) for
+        /metrics; a partition gone meanwhile is not counted."""
+        with contextlib.suppress(BayouError):
+            part = self.ctx.partition(topic, partition)
+            part.bytes_out += nbytes
+            part.records_out += records
+
+    def data_waiters(self, partitions: Iterable[tuple[str, int]]) -> list[asyncio.Future[None]]:
+        """One future per existing partition of ``partitions``, completed by its next append (or
+        truncation). Register them before reading the ends, so an append in between wakes the
+        wait; cancel the ones left when done (a cancelled one unregisters itself). Partitions
+        that no longer exist are skipped."""
+        out = []
+        for topic, partition in partitions:
+            t = self.ctx.topics.get(topic)
+            if t is not None and 0 <= partition < len(t.partitions):
+                part = t.partitions[partition]
+                fut = part.data_waiter()
+                fut.add_done_callback(part.forget_waiter)
+                out.append(fut)
+        return out
+
+    def partition_role(self, topic: str, partition: int) -> str:
+        """The V1 role this broker holds for the partition: ``leader`` or ``follower``."""
+        return self.ctx.partition(topic, partition).role
+
+    def leader_isr(self, topic: str, partition: int) -> tuple[list[int], list[int]] | None:
+        """(replicas, ISR) as this broker tracks them while it leads the partition in cluster mode
+        (its own view, fresher than ZooKeeper's); None standalone or when it does not lead."""
+        rs = self.ctx.partition(topic, partition).cluster
+        if rs is None or not rs.is_leader:
+            return None
+        return list(rs.replicas), list(rs.isr)
 
     def next_round_robin(self, topic: str, partitions: int) -> int:
         """The partition for the topic's next unkeyed, unpartitioned record, in turn."""

@@ -179,12 +179,12 @@ class RtesService:
     async def _records(self, topic: str, partition: int, offset: int, limit: int,
                        upto_log_end: bool = False) -> tuple[list[tuple[int, bytes]], int]:
         """Records from ``offset`` (clamped to the log start), at most ``limit``; and the inclusive hw."""
-        part = await self.broker.ready_partition(topic, partition)
+        await self.broker.ready_partition(topic, partition)
         if not upto_log_end:
             self.broker.check_readable(topic, partition)
-        hw = part.high_watermark
-        end = part.log.next_offset if upto_log_end else hw
-        offset = max(offset, part.log.log_start_offset)
+        start, hw = self.broker.partition_bounds(topic, partition)
+        end = self.broker.log_end_offset(topic, partition) if upto_log_end else hw
+        offset = max(offset, start)
         out: list[tuple[int, bytes]] = []
         size = 0
         while offset < end and len(out) < limit and size < CONSUME_MAX_BYTES:
@@ -271,11 +271,10 @@ class RtesService:
 
     async def broker_fetch(self, r: m.BrokerFetch) -> bytes:
         self.broker.check_topic_name(r.topic)
-        t = await self.broker.ensure_topic(r.topic)
-        if not 0 <= r.partition < len(t.partitions):
+        await self.broker.ensure_topic(r.topic)
+        if not 0 <= r.partition < self.broker.partition_count(r.topic):
             raise RtesError(Code.BAD_REQUEST, "invalid partition")
-        part = t.partitions[r.partition]
-        if part.role == FOLLOWER:
+        if self.broker.partition_role(r.topic, r.partition) == FOLLOWER:
             raise NotLeader()
         records, hw = await self._records(r.topic, r.partition, r.offset, r.max_messages,
                                           upto_log_end=True)

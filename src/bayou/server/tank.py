@@ -152,10 +152,7 @@ class TankService:
 
     def _count_out(self, topic: str, partition: int, seq: int, chunk: Chunk) -> None:
         """Client bytes and records out for /metrics (a chunk ends before ``next_seq``)."""
-        with contextlib.suppress(BayouError):
-            part = self.broker.partition(topic, partition)
-            part.bytes_out += chunk.length
-            part.records_out += max(0, chunk.next_seq - seq)
+        self.broker.count_out(topic, partition, chunk.length, max(0, chunk.next_seq - seq))
 
     def _may(self, action: Action, topic: str) -> bool:
         """Whether the connection's principal may (the broker checks again in each call)."""
@@ -286,10 +283,8 @@ class TankService:
         while True:
             # The partitions' waiters are registered before their ends are read, so an append
             # between the check and the wait (a produce pipelined behind this consume) wakes it.
-            parts = [self.broker.partition(t, p) for (t, p) in starts
-                     if t in self.broker.topics and p < self.broker.partition_count(t)]
             poll.waiting = False
-            poll.armed = [part.data_waiter() for part in parts]
+            poll.armed = self.broker.data_waiters(starts)
             try:
                 grown: dict[tuple[str, int], Chunk] = {}
                 total = 0
@@ -325,8 +320,7 @@ class TankService:
                 else:
                     await asyncio.sleep(left)
             finally:
-                for part, fut in zip(parts, poll.armed, strict=True):
-                    part.forget_waiter(fut)
+                for fut in poll.armed:
                     fut.cancel()
         out: Answers = []
         for t, entries in answers:

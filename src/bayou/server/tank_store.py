@@ -98,20 +98,19 @@ class Chunk:
 
 
 def last_assigned(broker: Broker, topic: str, partition: int) -> int:
-    return broker.partition(topic, partition).high_watermark
+    return broker.partition_bounds(topic, partition)[1]
 
 
 async def first_available(broker: Broker, topic: str, partition: int) -> int:
-    part = broker.partition(topic, partition)
     while True:
-        start = part.log.log_start_offset
-        if start >= part.high_watermark:
-            return 0 if part.high_watermark == 0 else part.high_watermark + 1
+        start, hw = broker.partition_bounds(topic, partition)
+        if start >= hw:
+            return 0 if hw == 0 else hw + 1
         try:
             span = await broker.locate(topic, partition, start, max_bytes=1)
             break
         except OffsetOutOfRange:
-            if part.log.log_start_offset == start:
+            if broker.partition_bounds(topic, partition)[0] == start:
                 raise
             # retention removed that segment while it was located: look up the new start
     if span is None:
@@ -133,8 +132,8 @@ async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: byt
         return PRODUCE_UNKNOWN_PARTITION
     acks = Acks.LEADER
     if broker.clustered and required_acks > 1:
-        rs = broker.partition(topic, partition).cluster
-        if rs is not None and rs.is_leader and len(rs.isr) < min(required_acks, len(rs.replicas)):
+        view = broker.leader_isr(topic, partition)
+        if view is not None and len(view[1]) < min(required_acks, len(view[0])):
             return PRODUCE_INSUFFICIENT_REPLICAS
         acks = Acks.ALL
     try:
