@@ -106,3 +106,49 @@ def test_what_every_protocol_produces_confluent_kafka_reads(broker: BrokerProces
     if headers:
         assert [m.headers() for m in got] == [[("h", b"%d" % i)] for i in range(5)]
     assert all(m.timestamp()[1] >= before - 60_000 for m in got)  # a real time, not 0 or -1
+
+
+def test_a_tombstone_is_stored_as_kafka_sent_it_and_read_as_empty_elsewhere(broker: BrokerProcess) -> None:
+    """A null value (Kafka's tombstone: a delete for compacted topics, Kafka Connect's delete
+    records) and a null header value are Kafka records: stored as sent, a Kafka consumer reads
+    them null again; V1, Cursus and TANK, which have no null, read them as empty values."""
+    topic = new_topic(broker)
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{broker.port}", "linger.ms": 5})
+    p.produce(topic, key=b"user-1", value=b"created", partition=0, timestamp=TS)
+    p.produce(topic, key=b"user-1", value=None, partition=0, timestamp=TS + 1)
+    p.produce(topic, key=b"user-2", value=b"v", partition=0, headers=[("h", None)], timestamp=TS + 2)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": f"127.0.0.1:{broker.port}", "group.id": f"g-{uuid.uuid4().hex}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < 3:
+            assert time.monotonic() < deadline, f"read {len(got)} of 3"
+            m = c.poll(0.2)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append(m)
+    finally:
+        c.close()
+    assert [(m.offset(), m.key(), m.value()) for m in got] == [
+        (0, b"user-1", b"created"), (1, b"user-1", None), (2, b"user-2", b"v")]
+    assert got[2].headers() == [("h", None)]
+
+    async def read(reader: type) -> None:
+        async with connected(reader, broker) as r:
+            rows = await r.fetch_all(topic, 0)
+        assert [(x.offset, x.value) for x in rows] == [(0, b"created"), (1, b""), (2, b"v")]
+        if Feature.READ_KEYS in reader.features:
+            assert [x.key for x in rows] == [b"user-1", b"user-1", b"user-2"]
+
+    for reader in (V1Adapter, CursusAdapter, TankAdapter):
+        asyncio.run(read(reader))
+
+    async def read_iggy() -> None:  # Iggy has no empty payload: the record travels in bayou's envelope
+        async with connected(IggyAdapter, broker) as r:
+            rows = await r.fetch_all(topic, 0)
+        assert [x.offset for x in rows] == [0, 1, 2] and rows[0].value == b"created"
+
+    asyncio.run(read_iggy())

@@ -75,10 +75,10 @@ def decode_v2(data: bytes, h: BatchHeader) -> list[Record]:
             key = data[p : p + klen]
             p += klen
         vlen, p = decode_varint(data, p)
-        if vlen < 0 or p + vlen > end:
+        if vlen < -1 or p + vlen > end:
             raise CorruptRecord("value past the end of the record")
-        value = data[p : p + vlen]
-        p += vlen
+        value = data[p : p + vlen] if vlen > 0 else b""  # a null value (Kafka's tombstone) reads as empty
+        p += max(vlen, 0)
         hcount, p = decode_varint(data, p)
         if hcount < 0 or hcount > end - p:
             raise CorruptRecord("bad header count")
@@ -93,10 +93,10 @@ def decode_v2(data: bytes, h: BatchHeader) -> list[Record]:
                 raise CorruptRecord("header name is not UTF-8") from None
             p += nlen
             hvlen, p = decode_varint(data, p)
-            if hvlen < 0 or p + hvlen > end:
+            if hvlen < -1 or p + hvlen > end:
                 raise CorruptRecord("header value past the end of the record")
-            headers.append((name, data[p : p + hvlen]))
-            p += hvlen
+            headers.append((name, data[p : p + hvlen] if hvlen > 0 else b""))  # null reads as empty
+            p += max(hvlen, 0)
         if p != end:
             raise CorruptRecord("record length mismatch")
         out.append(
@@ -168,9 +168,9 @@ def walk_v2(data: Buffer, count: int) -> bool:
             if klen < -1:
                 raise CorruptRecord("bad key length")
             vlen, p = _varint(data, p + max(klen, 0))
-            if vlen < 0:  # as decode_v2: the record model has no null value (a tombstone)
+            if vlen < -1:  # -1: a null value (Kafka's tombstone)
                 raise CorruptRecord("bad value length")
-            hcount, p = _varint(data, p + vlen)
+            hcount, p = _varint(data, p + max(vlen, 0))
             if hcount < 0 or hcount > end - p:
                 raise CorruptRecord("bad header count")
             for _h in range(hcount):
@@ -178,9 +178,9 @@ def walk_v2(data: Buffer, count: int) -> bool:
                 if nlen < 0:
                     raise CorruptRecord("bad header name length")
                 hvlen, p = _varint(data, p + nlen)
-                if hvlen < 0:  # as decode_v2: the record model has no null header value
+                if hvlen < -1:  # -1: a null header value
                     raise CorruptRecord("bad header value length")
-                p += hvlen
+                p += max(hvlen, 0)
             if p != end:
                 raise CorruptRecord("record length mismatch")
     except IndexError:

@@ -49,10 +49,21 @@ def test_every_damage_the_decode_refuses_the_walk_refuses() -> None:
             walk_v2(data[:cut], 6)
 
 
-def test_a_null_value_is_refused_as_the_model_has_none() -> None:
-    data, _h = section([Record(value=b"", timestamp=1)])
+def test_a_null_value_and_a_null_header_value_are_kafka_records_read_as_empty() -> None:
     # length 6 | attrs 0 | ts 0 | offset 0 | key -1 | value -1 (a tombstone) | 0 headers
     tombstone = bytes([12, 0, 0, 0, 1, 1, 0])
-    assert walk_v2(data, 1) is False
+    assert walk_v2(tombstone, 1) is False
+    _data, h = section([Record(value=b"", timestamp=1)])
+    (rec,) = decode_v2(tombstone, h)  # type: ignore[arg-type]
+    assert rec.value == b"" and rec.key is None
+    # length 10 | attrs 0 | ts 0 | offset 0 | key -1 | value 1 byte "v" | 1 header "h" = null
+    null_header = bytes([20, 0, 0, 0, 1, 2, ord("v"), 2, 2, ord("h"), 1])
+    assert walk_v2(null_header, 1) is False
+    (rec,) = decode_v2(null_header, h)  # type: ignore[arg-type]
+    assert rec.value == b"v" and rec.headers == (("h", b""),)
+    # below -1 is no length at all: both refuse it
+    bad = bytes([12, 0, 0, 0, 1, 3, 0])  # value length -2
     with pytest.raises(CorruptRecord, match="value length"):
-        walk_v2(tombstone, 1)
+        walk_v2(bad, 1)
+    with pytest.raises(CorruptRecord):
+        decode_v2(bad, h)  # type: ignore[arg-type]

@@ -1,0 +1,242 @@
+"""Kafka front end benchmark: confluent-kafka (librdkafka) producing into and consuming from bayou.
+
+Prints figures; never passes or fails. Targets from the issue (100-byte messages, loopback):
+- producer, 1,000,000 messages, linger 5 ms, batches up to 1,000: >= 1,500,000 msg/s with
+  fsync=never, and with fsync=always at least the TANK path's figure (measured in the same run,
+  against the same broker, with tank_bench's client: ``--no-tank`` skips it);
+- consumer reading the 1,000,000 back: >= 3,000,000 msg/s;
+- end-to-end latency at a steady 10,000 msg/s (one message per produce request, linger 0, acks=1,
+  a consumer long-polling with fetch.wait.max.ms 500): p99 <= 2 ms.
+
+One broker subprocess per fsync policy (``bayou serve --kafka HOST:PORT --tank HOST:PORT``, every
+other listener off). The producer is timed from its first ``produce()`` to the end of ``flush()``
+(every delivery report in); the consumer from ``subscribe`` to the last message of the topic. The
+latency run stamps each message with ``time.perf_counter_ns()`` at ``produce()`` and measures in
+the consumer's thread of the same process when ``consume()`` hands it over.
+
+Tansu, the Kafka-API broker in Rust the issue names as a peer: the PyPI name ``tansu`` (1.0.0) is
+now an unrelated project (Soroban versioning), so no Tansu column; ``--peer HOST:PORT`` runs the
+same producer and consumer workloads against any Kafka-API broker already running there.
+
+    .venv/bin/python benchmarks/kafka_bench.py
+    .venv/bin/python benchmarks/kafka_bench.py --messages 200000 --fsync never --no-tank
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(data: Path, kafka_port: int, tank_port: int, fsync: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bayou", "serve", "--data-dir", str(data), "--rtes", "off", "--cursus", "off",
+         "--iggy", "off", "--http", "off", "--kafka", f"127.0.0.1:{kafka_port}",
+         "--tank", f"127.0.0.1:{tank_port}", "--advertised-host", "127.0.0.1", "--fsync", fsync,
+         "--log-level", "warning"],
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"broker exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", kafka_port), 0.5):
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("broker did not start")
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    for f in futures.values():
+        f.result(30)
+
+
+def produce(bootstrap: str, topic: str, messages: int, size: int) -> float:
+    """msg/s of a confluent-kafka producer: linger 5 ms, batches up to 1,000 messages."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 1000,
+                  "batch.size": 1000 * (size + 80), "queue.buffering.max.messages": 2_000_000,
+                  "queue.buffering.max.kbytes": 2_000_000, "acks": 1, "compression.type": "none"})
+    failed: list[str] = []
+
+    def report(err: object, _msg: object) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    value = os.urandom(size)
+    t0 = time.perf_counter()
+    for _ in range(messages):
+        while True:
+            try:
+                p.produce(topic, value, on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.001)
+        p.poll(0)
+    left = p.flush(120)
+    elapsed = time.perf_counter() - t0
+    if left or failed:
+        raise SystemExit(f"produce failed: {left} undelivered, {len(failed)} errors ({failed[:1]})")
+    return messages / elapsed
+
+
+def consume(bootstrap: str, topic: str, messages: int) -> float:
+    """msg/s of a confluent-kafka consumer reading the topic from the start (assigned, no group join)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20,
+                  "queued.min.messages": 1_000_000, "fetch.wait.max.ms": 100})
+    meta = c.list_topics(topic, timeout=30)
+    parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.topics[topic].partitions]
+    got = 0
+    t0 = time.perf_counter()
+    c.assign(parts)  # no group join in the figure: the partitions are read from their start
+    deadline = time.monotonic() + 300
+    while got < messages and time.monotonic() < deadline:
+        batch = c.consume(num_messages=100_000, timeout=1.0)
+        for m in batch:
+            if m.error() is not None:
+                raise KafkaException(m.error())
+        got += len(batch)
+    elapsed = time.perf_counter() - t0
+    c.close()
+    if got < messages:
+        raise SystemExit(f"consumed {got} of {messages}")
+    return messages / elapsed
+
+
+def latency(bootstrap: str, topic: str, rate: int, seconds: float, size: int) -> list[float]:
+    """End-to-end latencies (ms) of messages produced one per request at ``rate`` msg/s."""
+    total = int(rate * seconds)
+    lat: list[float] = []
+    ready = threading.Event()
+    done = threading.Event()
+
+    def consumer() -> None:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{uuid.uuid4().hex[:8]}",
+                      "auto.offset.reset": "latest", "enable.auto.commit": False,
+                      "fetch.wait.max.ms": 500, "fetch.min.bytes": 1, "fetch.error.backoff.ms": 0})
+        c.subscribe([topic], on_assign=lambda _c, _p: ready.set())
+        while not done.is_set() and len(lat) < total:
+            m = c.poll(0.1)
+            if m is None or m.error() is not None:
+                continue
+            now = time.perf_counter_ns()
+            lat.append((now - int.from_bytes(m.value()[:8], "big")) / 1e6)
+        c.close()
+
+    t = threading.Thread(target=consumer, daemon=True)
+    t.start()
+    if not ready.wait(30):
+        raise SystemExit("the latency consumer got no assignment")
+    time.sleep(1.0)  # the first fetch is in flight before the clock starts (its offset reset done)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1})
+    pad = b"x" * max(0, size - 8)
+    start = time.perf_counter()
+    for i in range(total):
+        due = start + i / rate
+        while (now := time.perf_counter()) < due:
+            if due - now > 0.0005:
+                time.sleep(0.0002)
+        p.produce(topic, time.perf_counter_ns().to_bytes(8, "big") + pad)
+        p.poll(0)
+    p.flush(30)
+    deadline = time.monotonic() + 10
+    while len(lat) < total and time.monotonic() < deadline:
+        time.sleep(0.01)
+    done.set()
+    t.join(10)
+    return lat
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def bench(bootstrap: str, args: argparse.Namespace, label: str, tank_port: int | None) -> None:
+    topic = f"bench-{uuid.uuid4().hex[:6]}"
+    _create_topic(bootstrap, topic, args.partitions)
+    rate = produce(bootstrap, topic, args.messages, args.size)
+    print(f"  producer (linger 5 ms, batches <= 1,000)   : {rate:>12,.0f} msg/s  "
+          f"{rate * args.size / 1e6:7.1f} MB/s payload", flush=True)
+    crate = consume(bootstrap, topic, args.messages)
+    print(f"  consumer (from the start)                  : {crate:>12,.0f} msg/s", flush=True)
+    if tank_port is not None:
+        import tank_bench
+        targs = argparse.Namespace(messages=args.messages, batch=1000, size=args.size, window=4,
+                                   fetch=64 * 1024 * 1024)
+        produce_s, _consume_s, _nbytes, trate = tank_bench.run(tank_port, targs)
+        print(f"  TANK path produce, same broker (tank_bench): {trate:>12,.0f} msg/s", flush=True)
+    if args.latency_seconds > 0:
+        ltopic = f"lat-{uuid.uuid4().hex[:6]}"
+        _create_topic(bootstrap, ltopic, 1)
+        lat = latency(bootstrap, ltopic, args.latency_rate, args.latency_seconds, args.size)
+        sent = int(args.latency_rate * args.latency_seconds)
+        if len(lat) < sent:
+            print(f"  latency: only {len(lat):,} of {sent:,} messages arrived", flush=True)
+        if lat:
+            print(f"  end to end at {args.latency_rate:,} msg/s ({len(lat):,} msgs): "
+                  f"p50 {statistics.median(lat):.2f} ms  p99 {_pct(lat, 0.99):.2f} ms  "
+                  f"p99.9 {_pct(lat, 0.999):.2f} ms  max {max(lat):.2f} ms", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--fsync", action="append", help="broker fsync policies (default: never, always)")
+    ap.add_argument("--latency-rate", type=int, default=10_000, help="msg/s of the latency run")
+    ap.add_argument("--latency-seconds", type=float, default=5.0, help="0 skips the latency run")
+    ap.add_argument("--no-tank", action="store_true", help="skip the TANK path's produce figure")
+    ap.add_argument("--peer", metavar="HOST:PORT", help="also run against this Kafka-API broker")
+    args = ap.parse_args()
+    print(f"Kafka front end benchmark: {args.messages:,} messages of {args.size} B, {args.partitions} "
+          f"partition(s), confluent-kafka (librdkafka), loopback, {os.cpu_count()} cores")
+    for fsync in args.fsync or ["never", "always"]:
+        tmp = Path(tempfile.mkdtemp(prefix="kafka-bench-"))
+        kport, tport = _free_port(), _free_port()
+        proc = _start(tmp / "data", kport, tport, fsync)
+        try:
+            print(f"\n[bayou, fsync={fsync}]", flush=True)
+            bench(f"127.0.0.1:{kport}", args, "bayou", None if args.no_tank else tport)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(20)
+            shutil.rmtree(tmp, ignore_errors=True)
+    if args.peer:
+        print(f"\n[peer at {args.peer}]", flush=True)
+        bench(args.peer, args, "peer", None)
+
+
+if __name__ == "__main__":
+    main()
