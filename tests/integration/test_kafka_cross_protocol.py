@@ -48,6 +48,25 @@ def new_topic(b: BrokerProcess) -> str:
     return topic
 
 
+def consume(b: BrokerProcess, topic: str, n: int) -> list[confluent_kafka.Message]:
+    """The first ``n`` messages of partition 0, read by a confluent-kafka consumer."""
+    c = Consumer({"bootstrap.servers": f"127.0.0.1:{b.port}", "group.id": f"g-{uuid.uuid4().hex}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < n:
+            assert time.monotonic() < deadline, f"read {len(got)} of {n}"
+            m = c.poll(0.2)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append(m)
+    finally:
+        c.close()
+    return got
+
+
 @pytest.mark.parametrize("reader", OTHERS, ids=[a.name for a in OTHERS])
 @pytest.mark.parametrize("codec", ["none", "zstd"])
 def test_what_confluent_kafka_produces_every_protocol_reads(broker: BrokerProcess, reader: type,
@@ -87,20 +106,7 @@ def test_what_every_protocol_produces_confluent_kafka_reads(broker: BrokerProces
 
     before = int(time.time() * 1000)
     asyncio.run(write())
-    c = Consumer({"bootstrap.servers": f"127.0.0.1:{broker.port}", "group.id": f"g-{uuid.uuid4().hex}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, 0)])
-    got = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(got) < 5:
-            assert time.monotonic() < deadline, f"read {len(got)} of 5"
-            m = c.poll(0.2)
-            if m is not None:
-                assert m.error() is None, m.error()
-                got.append(m)
-    finally:
-        c.close()
+    got = consume(broker, topic, 5)
     assert [(m.offset(), m.value()) for m in got] == [(i, b"value-%d" % i) for i in range(5)]
     assert [m.key() for m in got] == [b"key-%d" % i for i in range(5)]
     if headers:
@@ -118,20 +124,7 @@ def test_a_tombstone_is_stored_as_kafka_sent_it_and_read_as_empty_elsewhere(brok
     p.produce(topic, key=b"user-1", value=None, partition=0, timestamp=TS + 1)
     p.produce(topic, key=b"user-2", value=b"v", partition=0, headers=[("h", None)], timestamp=TS + 2)
     assert p.flush(30) == 0
-    c = Consumer({"bootstrap.servers": f"127.0.0.1:{broker.port}", "group.id": f"g-{uuid.uuid4().hex}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, 0)])
-    got = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(got) < 3:
-            assert time.monotonic() < deadline, f"read {len(got)} of 3"
-            m = c.poll(0.2)
-            if m is not None:
-                assert m.error() is None, m.error()
-                got.append(m)
-    finally:
-        c.close()
+    got = consume(broker, topic, 3)
     assert [(m.offset(), m.key(), m.value()) for m in got] == [
         (0, b"user-1", b"created"), (1, b"user-1", None), (2, b"user-2", b"v")]
     assert got[2].headers() == [("h", None)]
