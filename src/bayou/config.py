@@ -13,6 +13,9 @@ Example ``bayou.toml``::
 
     advertised_host = "localhost"    # what Cursus METADATA / FIND_COORDINATOR tell clients
 
+    [advertised_ports]               # a listener's port as clients reach it (NAT, containers),
+    kafka = 19092                    # when it is not the bound one (--advertised-port kafka=19092)
+
     [listeners]
     rtes = "127.0.0.1:9092"          # V1 line protocol, or "off" ("0.0.0.0:9092" for every interface)
     cursus = "127.0.0.1:9000"        # Cursus, or "off"
@@ -99,7 +102,7 @@ def _scalar_fields(cls: type, exclude: frozenset[str] = frozenset()) -> dict[str
     return out
 
 
-_TABLES = ("listeners", "broker", "log", "iggy", "cluster", "security", "tls")
+_TABLES = ("listeners", "advertised_ports", "broker", "log", "iggy", "cluster", "security", "tls")
 TOP_KEYS: dict[str, Kind] = {"data_dir": str, "fsync": str,
                              **_scalar_fields(ServerConfig, exclude=frozenset(_TABLES))}
 BROKER_KEYS = _scalar_fields(BrokerConfig)
@@ -183,6 +186,32 @@ def validate(raw: dict[str, Any]) -> None:
         if name not in PROTOCOLS:
             raise InvalidConfig(f"unknown listener {name!r}; known: {', '.join(PROTOCOLS)}")
         _check(value, (str, int), f"[listeners] {name}")
+    _advertised_ports(_table(raw, "advertised_ports"), "[advertised_ports] ")
+
+
+def _advertised_ports(table: dict[str, Any], where: str) -> dict[str, int]:
+    """``[advertised_ports]`` (or the --advertised-port flags): listener name -> port 1..65535."""
+    known = (*PROTOCOLS, "replication")
+    out: dict[str, int] = {}
+    for name, value in table.items():
+        if name not in known:
+            raise InvalidConfig(f"{where}unknown listener {name!r}; known: {', '.join(known)}")
+        _check(value, int, f"{where}{name}")
+        if not 1 <= value <= 65535:
+            raise InvalidConfig(f"{where}{name}: port {value} out of range 1..65535")
+        out[name] = int(value)
+    return out
+
+
+def parse_advertised_ports(items: tuple[str, ...] | list[str]) -> dict[str, int]:
+    """--advertised-port NAME=PORT flags."""
+    table: dict[str, Any] = {}
+    for item in items:
+        name, sep, port = item.partition("=")
+        if not sep or not port.strip().isdigit():
+            raise InvalidConfig(f"--advertised-port expects LISTENER=PORT (kafka=19092), not {item!r}")
+        table[name.strip()] = int(port)
+    return _advertised_ports(table, "--advertised-port ")
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -229,14 +258,15 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
                 listeners: dict[str, str | None] | None = None,
                 advertised_host: str | None = None, cluster: str | None = None,
                 broker_id: int | None = None, replication: str | None = None,
-                tls: dict[str, Any] | None = None) -> ServerConfig:
+                tls: dict[str, Any] | None = None,
+                advertised_ports: dict[str, int] | None = None) -> ServerConfig:
     """``tls`` holds the --tls-* flags given (cert, key, ca, client_auth, plain): each replaces
     the file's ``[tls]`` key."""
     raw: dict[str, Any] = read_config_file(path) if path is not None else {}
     try:
         return _build(raw, data_dir=data_dir, fsync=fsync, listeners=listeners,
                       advertised_host=advertised_host, cluster=cluster, broker_id=broker_id,
-                      replication=replication, tls=tls)
+                      replication=replication, tls=tls, advertised_ports=advertised_ports)
     except InvalidConfig as exc:
         if path is None:
             raise
@@ -245,7 +275,8 @@ def load_config(path: Path | None = None, *, data_dir: str | None = None, fsync:
 
 def _build(raw: dict[str, Any], *, data_dir: str | None, fsync: str | None,
            listeners: dict[str, str | None] | None, advertised_host: str | None, cluster: str | None,
-           broker_id: int | None, replication: str | None, tls: dict[str, Any] | None) -> ServerConfig:
+           broker_id: int | None, replication: str | None, tls: dict[str, Any] | None,
+           advertised_ports: dict[str, int] | None = None) -> ServerConfig:
     fsync_text = fsync if fsync is not None else raw.get("fsync", "always")
     log_cfg = LogConfig(fsync=FsyncPolicy.parse(str(fsync_text)), **_table(raw, "log"))
 
@@ -298,8 +329,10 @@ def _build(raw: dict[str, Any], *, data_dir: str | None, fsync: str | None,
     tls_opts = _tls(raw, tls)
     if cluster_opts is not None and tls_opts is not None and "replication" not in tls_opts.plain:
         tls_opts.server_context("required")  # replication over TLS is mTLS: it needs the CA
+    ports = {**_advertised_ports(_table(raw, "advertised_ports"), "[advertised_ports] "),
+             **(advertised_ports or {})}
     return ServerConfig(broker=broker, listeners=addrs, iggy=iggy, cluster=cluster_opts, security=security,
-                        tls=tls_opts, **top)
+                        tls=tls_opts, advertised_ports=ports, **top)
 
 
 def _tls(raw: dict[str, Any], flags: dict[str, Any] | None) -> TlsOptions | None:

@@ -34,6 +34,10 @@ BAD = [
     ('[cluster]\nsession_timeout_ms = "4s"\n', "[cluster] session_timeout_ms must be an integer"),
     ('[listeners]\nrtes = true\n', "[listeners] rtes must be a string or an integer"),
     ('[listeners]\nkafka2 = "9092"\n', "unknown listener 'kafka2'"),
+    ('[advertised_ports]\nkafka = "19092"\n', "[advertised_ports] kafka must be an integer"),
+    ('[advertised_ports]\nkafka = 0\n', "[advertised_ports] kafka: port 0 out of range 1..65535"),
+    ('[advertised_ports]\nkafak = 19092\n', "[advertised_ports] unknown listener 'kafak'"),
+    ('advertised_ports = 19092\n', "[advertised_ports] must be a table"),
     ('max_connections = "many"\n', "max_connections must be an integer"),
     ('shutdown_grace_s = "10s"\n', "shutdown_grace_s must be a number"),
     ('broker = 1\n', "[broker] must be a table"),
@@ -109,3 +113,19 @@ def test_the_kafka_listener_is_off_unless_configured(tmp_path: Path) -> None:
     assert load_config(path).listeners["kafka"] == ("0.0.0.0", 19092)
     assert load_config(path, listeners={"kafka": "off"}).listeners["kafka"] is None
     assert load_config(None, listeners={"kafka": "29092"}).listeners["kafka"] == ("127.0.0.1", 29092)
+
+
+def test_advertised_ports_from_the_file_and_the_flags(tmp_path: Path) -> None:
+    """A listener's port as clients reach it (NAT, containers): the file's table, the flags over it."""
+    from bayou.config import parse_advertised_ports
+
+    assert load_config(None).advertised_port("kafka", 9092) == 9092  # none: the bound port
+    path = tmp_path / "bayou.toml"
+    path.write_text('[advertised_ports]\nkafka = 19092\nrtes = 19093\n')
+    cfg = load_config(path, advertised_ports=parse_advertised_ports(["rtes=29093", "replication=29094"]))
+    assert cfg.advertised_ports == {"kafka": 19092, "rtes": 29093, "replication": 29094}
+    assert cfg.advertised_port("kafka", 9092) == 19092 and cfg.advertised_port("tank", 11011) == 11011
+    for bad, message in (("kafka", "expects LISTENER=PORT"), ("kafka=x", "expects LISTENER=PORT"),
+                         ("kafka=70000", "out of range"), ("nope=1", "unknown listener 'nope'")):
+        with pytest.raises(InvalidConfig, match=message):
+            parse_advertised_ports([bad])

@@ -32,6 +32,9 @@ from bayou.errors import BayouError
 @click.option("--advertised-host", metavar="HOST",
               help="Host name Cursus and Kafka clients are told to connect to (METADATA, FIND_COORDINATOR). "
                    "[default: localhost]")
+@click.option("--advertised-port", "advertised_ports", metavar="LISTENER=PORT", multiple=True,
+              help="The port clients are told for a listener when it is not the bound one (NAT, "
+                   "containers): kafka=19092; repeatable.")
 @click.option("--fsync", metavar="always|interval:MS|never",
               help="When appends reach the disk: 'always' acknowledges after fsync (group commit). "
                    "[default: always]")
@@ -53,7 +56,7 @@ from bayou.errors import BayouError
 @click.option("--log-format", default="json", show_default=True, type=click.Choice(["json", "text"]))
 def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, cursus: str | None,
           iggy: str | None, tank: str | None, kafka: str | None, http: str | None,
-          advertised_host: str | None,
+          advertised_host: str | None, advertised_ports: tuple[str, ...],
           fsync: str | None, cluster: str | None, broker_id: int | None, replication: str | None,
           tls_cert: str | None, tls_key: str | None, tls_ca: str | None, tls_client_auth: str | None,
           tls_plain: tuple[str, ...],
@@ -69,7 +72,7 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, curs
       bayou serve --tls-cert broker.pem --tls-key broker.key --tls-ca ca.pem --tls-client-auth required
     """
     from bayou.cli.recovery import recovery_bar
-    from bayou.config import load_config
+    from bayou.config import load_config, parse_advertised_ports
     from bayou.server.app import BayouServer, run_server
     from bayou.server.logs import setup_logging
 
@@ -81,7 +84,8 @@ def serve(config_file: Path | None, data_dir: str | None, rtes: str | None, curs
                           advertised_host=advertised_host, cluster=cluster, broker_id=broker_id,
                           replication=replication,
                           tls={"cert": tls_cert, "key": tls_key, "ca": tls_ca, "client_auth": tls_client_auth,
-                               "plain": tls_plain})
+                               "plain": tls_plain},
+                          advertised_ports=parse_advertised_ports(advertised_ports))
     except BayouError as exc:
         raise click.BadParameter(exc.message) from None
     try:

@@ -42,14 +42,15 @@ HandlerFactory = Callable[["BayouServer", str], Handler]
 def _cursus(server: BayouServer, name: str) -> Handler:
     listener_addr = server.config.listeners[name]
     assert listener_addr is not None
-    port = listener_addr[1]
+    port = server.config.advertised_port(name, listener_addr[1])
     advertised = Advertised(server.config.advertised_host, port)
     service = CursusService(server.broker, advertised)
     server.meters[name] = service.meter
 
     async def serve(conn: Connection, listener: Listener) -> None:
-        if service.advertised.port != listener.port:  # bound to an ephemeral port
-            service.advertised = Advertised(server.config.advertised_host, listener.port)
+        port = server.config.advertised_port(name, listener.port)
+        if service.advertised.port != port:  # bound to an ephemeral port
+            service.advertised = Advertised(server.config.advertised_host, port)
         await cursus_handler(service)(conn, listener)
 
     return serve
@@ -67,7 +68,7 @@ def _iggy(server: BayouServer, name: str) -> Handler:
     listener_addr = server.config.listeners[name]
     assert listener_addr is not None
     opts = server.config.iggy
-    service = IggyService(server.broker, port=listener_addr[1],
+    service = IggyService(server.broker, port=server.config.advertised_port(name, listener_addr[1]),
                           host=_advertised_ip(server.config.advertised_host),
                           root_username=opts.root_username, root_password=opts.root_password,
                           seed_dialect=opts.seed_dialect)
@@ -77,7 +78,7 @@ def _iggy(server: BayouServer, name: str) -> Handler:
     service.serve_authorizer()  # Iggy's users and streams: bayou's principals and scopes (broker/authz.py)
 
     async def serve(conn: Connection, listener: Listener) -> None:
-        service.port = listener.port  # bound to an ephemeral port
+        service.port = server.config.advertised_port(name, listener.port)  # bound to an ephemeral port
         await handler(conn, listener)
 
     return serve
@@ -207,8 +208,11 @@ class ServerConfig:
     max_connections_per_ip: int = 1_000
     listener_reserve: int = 64
     max_inflight_bytes: int = 512 * 1024 * 1024
-    # The host clients are told to connect to (Cursus METADATA / FIND_COORDINATOR).
+    # The host clients are told to connect to (Cursus METADATA / FIND_COORDINATOR, Kafka Metadata).
     advertised_host: str = "localhost"
+    # A listener's port as clients reach it, where that is not the bound one (NAT, containers):
+    # listener name -> port. What Metadata-like answers and the cluster registration name.
+    advertised_ports: dict[str, int] = field(default_factory=dict)
     iggy: IggyOptions = field(default_factory=IggyOptions)
     cluster: ClusterOptions | None = None
     security: SecurityOptions = field(default_factory=SecurityOptions)
@@ -216,6 +220,10 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         self.connection_limits()  # refuse bad limits when the configuration is read
+
+    def advertised_port(self, listener: str, bound: int) -> int:
+        """The port clients are told for ``listener`` (bound to ``bound``)."""
+        return self.advertised_ports.get(listener, bound)
 
     def tls_context(self, listener: str) -> ssl.SSLContext | None:
         """The TLS context of ``listener``, or None when it is plain text. The replication
@@ -289,8 +297,8 @@ class BayouServer:
     def kafka_advertised(self, listener: Listener) -> KafkaAdvertised:
         """What Metadata tells a client of ``listener``: the advertised host, the listener's port
         (in cluster mode every broker's listener of that name, as each registered it)."""
-        return KafkaAdvertised(self.broker.config.broker_id, self.config.advertised_host, listener.port,
-                               listener.name)
+        return KafkaAdvertised(self.broker.config.broker_id, self.config.advertised_host,
+                               self.config.advertised_port(listener.name, listener.port), listener.name)
 
     async def _listen(self, name: str, addr: tuple[str, int], limits: ConnectionLimits,
                       admission: Admission) -> None:
@@ -355,7 +363,7 @@ class BayouServer:
                             limits, admission, tls=self.config.tls_context(REPLICATION))
         await listener.start()
         self.listeners[REPLICATION] = listener
-        endpoints = {name: li.port for name, li in self.listeners.items()}
+        endpoints = {name: self.config.advertised_port(name, li.port) for name, li in self.listeners.items()}
         node.registration = BrokerRegistration(self.broker.config.broker_id,
                                                _advertised_ip(self.config.advertised_host), endpoints)
         node.zk.registration = node.registration
