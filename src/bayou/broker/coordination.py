@@ -391,7 +391,7 @@ class ClusterTopology:
 
     def listener_endpoints(self, listener: str) -> list[Endpoint] | None:
         controller = self._controller()
-        return [Endpoint(b, reg.host, reg.endpoints[listener], b == controller)
+        return [Endpoint(b, reg.host, reg.endpoints[listener], b == controller, reg.name)
                 for b, reg in sorted(self.cluster.live_brokers().items()) if listener in reg.endpoints]
 
     def group_coordinator(self, group: str, listeners: Sequence[str]) -> Endpoint | Here | None:
@@ -401,13 +401,15 @@ class ClusterTopology:
         if reg is None:
             return None
         name = next(n for n in listeners if n in reg.endpoints)
-        return Endpoint(reg.broker_id, reg.host, reg.endpoints[name], reg.broker_id == self._controller())
+        return Endpoint(reg.broker_id, reg.host, reg.endpoints[name], reg.broker_id == self._controller(),
+                        reg.name)
 
     def leader_endpoint(self, topic: str, partition: int, listener: str) -> Endpoint | Here | None:
         reg, _epoch = self.cluster.partition_leader(topic, partition)
         if reg is None or listener not in reg.endpoints:
             return None
-        return Endpoint(reg.broker_id, reg.host, reg.endpoints[listener], reg.broker_id == self._controller())
+        return Endpoint(reg.broker_id, reg.host, reg.endpoints[listener], reg.broker_id == self._controller(),
+                        reg.name)
 
     def partition_replicas(self, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
         snap = self.cluster.snapshot

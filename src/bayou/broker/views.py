@@ -21,9 +21,15 @@ class Endpoint:
     """One live broker's listener of a protocol (``Broker.listener_endpoints``)."""
 
     broker_id: int
-    host: str
+    host: str  # an IP address (what Iggy's cluster metadata and TANK's redirects carry)
     port: int
     controller: bool
+    name: str = ""  # the host name the broker advertises, when it is not that address
+
+    @property
+    def hostname(self) -> str:
+        """What a client that resolves names is told (Kafka, Cursus): the advertised host name."""
+        return self.name or self.host
 
 
 class Here(enum.Enum):

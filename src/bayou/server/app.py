@@ -364,8 +364,10 @@ class BayouServer:
         await listener.start()
         self.listeners[REPLICATION] = listener
         endpoints = {name: self.config.advertised_port(name, li.port) for name, li in self.listeners.items()}
-        node.registration = BrokerRegistration(self.broker.config.broker_id,
-                                               _advertised_ip(self.config.advertised_host), endpoints)
+        host = self.config.advertised_host
+        ip = _advertised_ip(host)
+        node.registration = BrokerRegistration(self.broker.config.broker_id, ip, endpoints,
+                                               name="" if host == ip else host)
         node.zk.registration = node.registration
         await node.start()
 

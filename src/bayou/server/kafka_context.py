@@ -99,7 +99,7 @@ def cluster_brokers(broker: Broker, here: Advertised) -> tuple[list[Advertised],
         if endpoints is None:
             return [here], here.node_id
         for e in endpoints:
-            found[e.broker_id] = Advertised(e.broker_id, e.host, e.port, name)
+            found[e.broker_id] = Advertised(e.broker_id, e.hostname, e.port, name)
             if e.controller:
                 controller = e.broker_id
     found.setdefault(here.node_id, here)  # before this broker's own registration is read back
@@ -115,7 +115,7 @@ def group_coordinator(broker: Broker, group: str, here: Advertised) -> Advertise
         return here
     if e is None:
         return None
-    return Advertised(e.broker_id, e.host, e.port)  # as Metadata names it
+    return Advertised(e.broker_id, e.hostname, e.port)  # as Metadata names it
 
 
 @dataclass(slots=True)

@@ -38,6 +38,10 @@ def test_round_robin_assignment_spreads_leaders() -> None:
 def test_json_round_trips() -> None:
     reg = BrokerRegistration(2, "10.0.0.2", {"rtes": 9092, "replication": 9093})
     assert BrokerRegistration.from_json(reg.to_json()) == reg
+    named = BrokerRegistration(2, "10.0.0.2", {"kafka": 9092}, name="broker2.example")
+    assert BrokerRegistration.from_json(named.to_json()) == named
+    # a registration written before host names were kept reads as having none
+    assert BrokerRegistration.from_json(b'{"broker_id": 2, "host": "10.0.0.2", "endpoints": {}}').name == ""
     assert reg.address("rtes") == ("10.0.0.2", 9092) and reg.address("tank") is None
     ta = TopicAssignment({0: [1, 2], 1: [2, 1]}, {"retention.ms": "5"})
     assert TopicAssignment.from_json(ta.to_json()) == ta and ta.replication_factor == 2

@@ -64,14 +64,17 @@ class BrokerRegistration:
     every ISR, while it still serves until that is done."""
 
     broker_id: int
-    host: str
+    host: str  # the advertised host resolved to an IP address
     endpoints: dict[str, int] = field(default_factory=dict)  # protocol name -> port
     leaving: bool = False
+    name: str = ""  # the advertised host name, when it is not an IP address ("" otherwise)
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {"broker_id": self.broker_id, "host": self.host, "endpoints": self.endpoints}
         if self.leaving:
             doc["leaving"] = True
+        if self.name:
+            doc["name"] = self.name
         return json.dumps(doc).encode()
 
     @classmethod
@@ -79,7 +82,7 @@ class BrokerRegistration:
         doc = json.loads(data)
         return cls(int(doc["broker_id"]), str(doc["host"]),
                    {str(k): int(v) for k, v in doc.get("endpoints", {}).items()},
-                   bool(doc.get("leaving", False)))
+                   bool(doc.get("leaving", False)), str(doc.get("name", "")))
 
     def address(self, protocol: str) -> tuple[str, int] | None:
         port = self.endpoints.get(protocol)

@@ -196,7 +196,8 @@ class ZkCluster:
         """Controlled shutdown: mark this broker's node ``leaving`` (a re-registration after a
         reconnect keeps the mark)."""
         reg = self.registration
-        self.registration = BrokerRegistration(reg.broker_id, reg.host, dict(reg.endpoints), leaving=True)
+        self.registration = BrokerRegistration(reg.broker_id, reg.host, dict(reg.endpoints), leaving=True,
+                                               name=reg.name)
         self.zk.set(broker_path(self.broker_id), self.registration.to_json())
 
     def cluster_id(self) -> str:

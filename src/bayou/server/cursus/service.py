@@ -146,7 +146,7 @@ class CursusService:
             raise err("coordinator_not_available", ("group", group))
         if where is THIS_BROKER or where.broker_id == self.broker.config.broker_id:
             return
-        raise err(replies.ErrorCode.NOT_COORDINATOR, ("host", where.host), ("port", where.port))
+        raise err(replies.ErrorCode.NOT_COORDINATOR, ("host", where.hostname), ("port", where.port))
 
 
 def cursus_handler(service: CursusService) -> Callable[[Connection, Listener], Awaitable[None]]:

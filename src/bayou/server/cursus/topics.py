@@ -83,7 +83,8 @@ class TopicHandlers:
         leaders, epochs = [], []
         for p in range(n):  # each partition's leader (its Cursus listener) and leader epoch
             where = self.broker.leader_endpoint(topic, p, "cursus")
-            leaders.append(addr if where is THIS_BROKER else f"{where.host}:{where.port}" if where else "")
+            leaders.append(addr if where is THIS_BROKER
+                           else f"{where.hostname}:{where.port}" if where else "")
             epochs.append(str(max(self.broker.leader_epoch(topic, p), 0)))
         return replies.ok(("topic", topic), ("partitions", n), ("leaders", ",".join(leaders)),
                           ("epochs", ",".join(epochs)), *self._policy_pairs(topic))
@@ -95,7 +96,7 @@ class TopicHandlers:
             raise err("coordinator_not_available", ("group", req.key))
         if where is not THIS_BROKER:
             return replies.ok(("coordinator_id", where.broker_id), ("coordinator_type", req.kind),
-                              ("host", where.host), ("port", where.port))
+                              ("host", where.hostname), ("port", where.port))
         return replies.ok(("coordinator_id", "standalone"), ("coordinator_type", req.kind),
                           ("host", self.ctx.advertised.host), ("port", self.ctx.advertised.port))
 
