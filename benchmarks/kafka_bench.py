@@ -193,7 +193,7 @@ def bench(bootstrap: str, args: argparse.Namespace, label: str, tank_port: int |
         import tank_bench
         targs = argparse.Namespace(messages=args.messages, batch=1000, size=args.size, window=4,
                                    fetch=64 * 1024 * 1024)
-        produce_s, _consume_s, _nbytes, trate = tank_bench.run(tank_port, targs)
+        _produce_s, _consume_s, _nbytes, trate = tank_bench.run(tank_port, targs)
         print(f"  TANK path produce, same broker (tank_bench): {trate:>12,.0f} msg/s", flush=True)
     if args.latency_seconds > 0:
         ltopic = f"lat-{uuid.uuid4().hex[:6]}"
