@@ -149,38 +149,73 @@ def _varint(data: Buffer, p: int) -> tuple[int, int]:
 def walk_v2(data: Buffer, count: int) -> bool:
     """Check that a (decompressed) records section holds exactly ``count`` well-formed records,
     without building them (a produce's check: Kafka's broker validates records too); whether any
-    carries a message id. CorruptRecord for the first fault."""
+    carries a message id. CorruptRecord for the first fault. A null value or header value (length
+    -1) is a Kafka record: ``decode_v2`` reads it as empty.
+
+    The hot loop of a Kafka produce (every record of every batch): the one-byte varints every
+    small record is made of are read inline, the rest through ``_varint``."""
     p = 0
     n = len(data)
     ids = False
     try:
         for _ in range(count):
-            length, p = _varint(data, p)
+            b = data[p]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                length, p = _varint(data, p)
             end = p + length
             if length < 1 or end > n:
                 raise CorruptRecord("record length past the end of the batch")
             if data[p] & RECORD_HAS_MESSAGE_ID:
                 ids = True
                 p += 16
-            _ts, p = _varint(data, p + 1)
-            _off, p = _varint(data, p)
-            klen, p = _varint(data, p)
+            p += 1
+            # the timestamp and offset deltas: any value
+            if data[p] < 0x80:
+                p += 1
+            else:
+                _ts, p = _varint(data, p)
+            if data[p] < 0x80:
+                p += 1
+            else:
+                _off, p = _varint(data, p)
+            b = data[p]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                klen, p = _varint(data, p)
             if klen < -1:
                 raise CorruptRecord("bad key length")
-            vlen, p = _varint(data, p + max(klen, 0))
+            if klen > 0:
+                p += klen
+            b = data[p]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                vlen, p = _varint(data, p)
             if vlen < -1:  # -1: a null value (Kafka's tombstone)
                 raise CorruptRecord("bad value length")
-            hcount, p = _varint(data, p + max(vlen, 0))
-            if hcount < 0 or hcount > end - p:
-                raise CorruptRecord("bad header count")
-            for _h in range(hcount):
-                nlen, p = _varint(data, p)
-                if nlen < 0:
-                    raise CorruptRecord("bad header name length")
-                hvlen, p = _varint(data, p + nlen)
-                if hvlen < -1:  # -1: a null header value
-                    raise CorruptRecord("bad header value length")
-                p += max(hvlen, 0)
+            if vlen > 0:
+                p += vlen
+            if data[p] == 0:  # no headers
+                p += 1
+            else:
+                hcount, p = _varint(data, p)
+                if hcount < 0 or hcount > end - p:
+                    raise CorruptRecord("bad header count")
+                for _h in range(hcount):
+                    nlen, p = _varint(data, p)
+                    if nlen < 0:
+                        raise CorruptRecord("bad header name length")
+                    hvlen, p = _varint(data, p + nlen)
+                    if hvlen < -1:  # -1: a null header value
+                        raise CorruptRecord("bad header value length")
+                    if hvlen > 0:
+                        p += hvlen
             if p != end:
                 raise CorruptRecord("record length mismatch")
     except IndexError:
