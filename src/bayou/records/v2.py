@@ -152,8 +152,8 @@ def walk_v2(data: Buffer, count: int) -> bool:
     carries a message id. CorruptRecord for the first fault. A null value or header value (length
     -1) is a Kafka record: ``decode_v2`` reads it as empty.
 
-    The hot loop of a Kafka produce (every record of every batch): the one-byte varints every
-    small record is made of are read inline, the rest through ``_varint``."""
+    The hot loop of a Kafka produce (every record of every batch): the one- and two-byte varints
+    small records are made of are read inline, longer ones through ``_varint``."""
     p = 0
     n = len(data)
     ids = False
@@ -163,6 +163,10 @@ def walk_v2(data: Buffer, count: int) -> bool:
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                p += 2
             else:
                 length, p = _varint(data, p)
             end = p + length
@@ -175,10 +179,14 @@ def walk_v2(data: Buffer, count: int) -> bool:
             # the timestamp and offset deltas: any value
             if data[p] < 0x80:
                 p += 1
+            elif data[p + 1] < 0x80:
+                p += 2
             else:
                 _ts, p = _varint(data, p)
             if data[p] < 0x80:
                 p += 1
+            elif data[p + 1] < 0x80:
+                p += 2
             else:
                 _off, p = _varint(data, p)
             b = data[p]
@@ -195,6 +203,10 @@ def walk_v2(data: Buffer, count: int) -> bool:
             if b < 0x80:
                 vlen = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                vlen = (raw >> 1) ^ -(raw & 1)
+                p += 2
             else:
                 vlen, p = _varint(data, p)
             if vlen < -1:  # -1: a null value (Kafka's tombstone)
