@@ -14,7 +14,7 @@ Example ``bayou.toml``::
     advertised_host = "localhost"    # what Cursus METADATA / FIND_COORDINATOR tell clients
 
     [advertised_ports]               # a listener's port as clients reach it (NAT, containers),
-    kafka = 19092                    # when it is not the bound one (--advertised-port kafka=19092)
+    # kafka = 19092                  # when it is not the bound one (--advertised-port kafka=19092)
 
     [listeners]
     rtes = "127.0.0.1:9092"          # V1 line protocol, or "off" ("0.0.0.0:9092" for every interface)
