@@ -241,6 +241,31 @@ class ProducerFenced(BayouError):
 
 
 @_register
+class InvalidTxnState(BayouError):
+    code = "INVALID_TXN_STATE"
+    default_message = "the transaction is not in a state that allows this"
+
+
+@_register
+class ConcurrentTransactions(BayouError):
+    code = "CONCURRENT_TRANSACTIONS"
+    retriable = True
+    default_message = "the previous transaction of this producer is still completing"
+
+
+@_register
+class InvalidProducerIdMapping(BayouError):
+    code = "INVALID_PRODUCER_ID_MAPPING"
+    default_message = "the producer id is not the transactional id's"
+
+
+@_register
+class InvalidTransactionTimeout(BayouError):
+    code = "INVALID_TRANSACTION_TIMEOUT"
+    default_message = "transaction timeout above the broker's transaction.max.timeout.ms"
+
+
+@_register
 class StorageError(BayouError):
     code = "STORAGE_ERROR"
     retriable = True

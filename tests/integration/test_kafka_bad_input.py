@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
-from bayou.records.batch import Record, decode_records, encode_batch, iter_batches
+from bayou.records.batch import Record, decode_records, encode_batch, iter_batches, refresh_crc
 from support.brokers import BrokerProcess, LineConn
 from support.kafka import KafkaConn, frame, running_broker
 
@@ -49,8 +49,9 @@ async def create(c: KafkaConn, topic: str, partitions: int = 1, **config: str) -
     assert resp.topics[0].error_code == ErrorCode.none, resp
 
 
-async def produce(c: KafkaConn, topic: str, records: bytes, partition: int = 0, acks: int = -1) -> Any:
-    resp = await c.call(ApiKey.PRODUCE, acks=acks, timeout=5000, topic_data=[
+async def produce(c: KafkaConn, topic: str, records: bytes, partition: int = 0, acks: int = -1,
+                  transactional_id: str | None = None) -> Any:
+    resp = await c.call(ApiKey.PRODUCE, acks=acks, timeout=5000, transactional_id=transactional_id, topic_data=[
         {"name": topic, "partition_data": [{"index": partition, "records": records}]}])
     return resp.responses[0].partition_responses[0]
 
@@ -169,13 +170,91 @@ async def test_the_idempotent_producer_rules(conn: KafkaConn) -> None:
     assert await stored(conn, topic) == [b"a", b"b", b"c", b"e"]
 
 
-async def test_a_transactional_producer_is_refused_up_front(conn: KafkaConn) -> None:
+def txn_batch(*values: bytes, producer_id: int, epoch: int, sequence: int) -> bytes:
+    """A transactional producer's batch: attribute bit 4 set (inside the CRC)."""
+    raw = bytearray(batch(*values, producer_id=producer_id, epoch=epoch, sequence=sequence))
+    raw[22] |= 0x10
+    refresh_crc(raw)
+    return bytes(raw)
+
+
+async def fetch_part(c: KafkaConn, topic: str, isolation: int) -> Any:
+    resp = await c.call(ApiKey.FETCH, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=1 << 20,
+                        isolation_level=isolation, session_epoch=-1, topics=[{"topic": topic, "partitions": [
+                            {"partition": 0, "fetch_offset": 0, "current_leader_epoch": -1,
+                             "last_fetched_epoch": -1, "log_start_offset": -1,
+                             "partition_max_bytes": 1 << 20}]}])
+    return resp.responses[0].partitions[0]
+
+
+async def test_the_transaction_apis_refuse_what_kafka_refuses(conn: KafkaConn) -> None:
+    topic, tx = name(), f"tx-{uuid.uuid4().hex[:8]}"
+    await create(conn, topic)
     versions = await conn.call(ApiKey.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
     served = {k.api_key for k in versions.api_keys}
-    assert ApiKey.ADD_PARTITIONS_TO_TXN not in served and ApiKey.END_TXN not in served
-    init = await conn.call(ApiKey.INIT_PRODUCER_ID, transactional_id="tx", transaction_timeout=60000,
+    assert {ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT} <= served
+    too_long = await conn.call(ApiKey.INIT_PRODUCER_ID, transactional_id=tx, transaction_timeout=3_600_000,
+                               producer_id=-1, producer_epoch=-1)
+    assert too_long.error_code == ErrorCode.invalid_transaction_timeout
+    init = await conn.call(ApiKey.INIT_PRODUCER_ID, transactional_id=tx, transaction_timeout=60000,
                            producer_id=-1, producer_epoch=-1)
-    assert init.error_code == ErrorCode.transactional_id_authorization_failed
+    assert init.error_code == ErrorCode.none
+    pid, epoch = init.producer_id, init.producer_epoch
+
+    async def add(p: int = pid, e: int = epoch, t: str = topic) -> ErrorCode:
+        r = await conn.call(ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=tx,
+                            v3_and_below_producer_id=p, v3_and_below_producer_epoch=e,
+                            v3_and_below_topics=[{"name": t, "partitions": [0]}])
+        return r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+
+    async def end(commit: bool, e: int = epoch) -> ErrorCode:
+        r = await conn.call(ApiKey.END_TXN, transactional_id=tx, producer_id=pid, producer_epoch=e,
+                            committed=commit)
+        return r.error_code
+
+    # a transactional batch before its partition was added: nothing stored
+    early = await produce(conn, topic, txn_batch(b"x", producer_id=pid, epoch=epoch, sequence=0),
+                          transactional_id=tx)
+    assert early.error_code == ErrorCode.invalid_txn_state
+    assert await end(True) == ErrorCode.invalid_txn_state  # nothing begun: no commit
+    assert await add(p=pid + 1) == ErrorCode.invalid_producer_id_mapping
+    assert await add(e=epoch + 1) == ErrorCode.producer_fenced
+    assert await add(t=name()) == ErrorCode.unknown_topic_or_partition
+    offsets = await conn.call(ApiKey.TXN_OFFSET_COMMIT, transactional_id=tx, group_id="g", producer_id=pid,
+                              producer_epoch=epoch, topics=[{"name": topic, "partitions": [
+                                  {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}])
+    assert offsets.topics[0].partitions[0].error_code == ErrorCode.invalid_txn_state  # group not added
+    assert await add() == ErrorCode.none
+    stale = await produce(conn, topic, txn_batch(b"x", producer_id=pid, epoch=epoch + 1, sequence=0),
+                          transactional_id=tx)
+    assert stale.error_code == ErrorCode.producer_fenced
+    plain = await produce(conn, topic, txn_batch(b"a", producer_id=pid, epoch=epoch, sequence=0))
+    assert plain.error_code == ErrorCode.invalid_txn_state  # a transactional batch needs its id
+    ok = await produce(conn, topic, txn_batch(b"a", b"b", producer_id=pid, epoch=epoch, sequence=0),
+                       transactional_id=tx)
+    assert (ok.error_code, ok.base_offset) == (ErrorCode.none, 0)
+    # open: read_committed stops before it, read_uncommitted sees it
+    part = await fetch_part(conn, topic, 1)
+    assert (part.high_watermark, part.last_stable_offset, part.records or b"") == (2, 0, b"")
+    assert [r for r in await stored(conn, topic)] == [b"a", b"b"]
+    assert await end(False) == ErrorCode.none
+    assert await end(False) == ErrorCode.none  # a retried abort is answered as the first
+    assert await end(True) == ErrorCode.invalid_txn_state
+    part = await fetch_part(conn, topic, 1)
+    assert (part.high_watermark, part.last_stable_offset) == (3, 3)
+    assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
+    # a control batch is the broker's to write
+    marker = bytearray(batch(b"x"))
+    marker[22] |= 0x30
+    refresh_crc(marker)
+    assert (await produce(conn, topic, bytes(marker))).error_code == ErrorCode.invalid_record
+    # a second InitProducerId fences the first epoch
+    again = await conn.call(ApiKey.INIT_PRODUCER_ID, transactional_id=tx, transaction_timeout=60000,
+                            producer_id=-1, producer_epoch=-1)
+    assert (again.producer_id, again.producer_epoch) == (pid, epoch + 1)
+    assert await add() == ErrorCode.producer_fenced
+    # every reader but read_committed Kafka sees the aborted records; none sees the marker
+    assert await stored(conn, topic) == [b"a", b"b"]
 
 
 async def test_requests_pipelined_are_answered_in_order(broker: BrokerProcess) -> None:

@@ -41,6 +41,7 @@ from bayou.broker.produce import ProducePath, Stamp
 from bayou.broker.roles import ReplicaRoles
 from bayou.broker.settings import BrokerConfig
 from bayou.broker.topics import TOPIC_KEYS, TopicAdmin
+from bayou.broker.transactions import Transactions
 from bayou.broker.views import Endpoint, Here, LogTotals, SharedDocuments
 from bayou.errors import BayouError, Unauthorized
 from bayou.records.formats import ProducerSequence
@@ -68,6 +69,8 @@ class Broker:
         self.roles = ReplicaRoles(ctx, self.topic_admin)
         self.consumers = ConsumerGroups(ctx)
         self.lifecycle = Lifecycle(ctx, self.consumers)
+        # Kafka's transaction coordinator and each partition's open and aborted transactions
+        self.transactions = Transactions(ctx, self.produce_path, self._commit_txn_offsets)
         # Kafka's classic groups: membership of their own (a leader-run assignor), offsets in
         # ``groups.offsets`` with every other protocol's (broker/groups/classic.py)
         self.classic_groups = ctx.classic_groups
@@ -126,6 +129,7 @@ class Broker:
 
     async def start(self) -> None:
         await self.lifecycle.start()
+        self.lifecycle.tasks.extend(await self.transactions.start())
 
     async def stop(self) -> None:
         await self.lifecycle.stop()
@@ -260,11 +264,61 @@ class Broker:
 
     async def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
                     max_records: int | None = None, max_wait_ms: int = 0, min_bytes: int = 1,
-                    upto_log_end: bool = False, from_log_start: bool = False) -> FetchResult:
+                    upto_log_end: bool = False, from_log_start: bool = False,
+                    committed_only: bool = False) -> FetchResult:
+        if committed_only:  # read up to the last stable offset: its table must be loaded
+            await self.transactions.table(await self.ctx.ready_partition(topic, partition))
         return await self.fetch_path.fetch(topic, partition, offset, max_bytes=max_bytes,
                                            max_records=max_records, max_wait_ms=max_wait_ms,
                                            min_bytes=min_bytes, upto_log_end=upto_log_end,
-                                           from_log_start=from_log_start)
+                                           from_log_start=from_log_start, committed_only=committed_only)
+
+    # -- transactions (transactions.py) ---------------------------------------------------------
+
+    async def _commit_txn_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        for partition, offset in sorted(offsets.items()):
+            await self.consumers.commit_offset(group, topic, partition, offset)
+
+    def set_producer_ids(self, allocate: Callable[[], int]) -> None:
+        """Where the transaction coordinator takes new producer ids (the Kafka front end's)."""
+        self.transactions.next_producer_id = allocate
+
+    async def txn_init_producer(self, txn_id: str, timeout_ms: int, producer_id: int = -1,
+                                epoch: int = -1) -> tuple[int, int]:
+        return await self.transactions.init_producer(txn_id, timeout_ms, producer_id, epoch)
+
+    async def txn_add_partitions(self, txn_id: str, producer_id: int, epoch: int,
+                                 partitions: Sequence[tuple[str, int]]) -> None:
+        await self.transactions.add_partitions(txn_id, producer_id, epoch, partitions)
+
+    async def txn_add_offsets(self, txn_id: str, producer_id: int, epoch: int, group: str) -> None:
+        await self.transactions.add_offsets(txn_id, producer_id, epoch, group)
+
+    async def txn_stage_offsets(self, txn_id: str, producer_id: int, epoch: int, group: str,
+                                offsets: dict[str, dict[int, int]]) -> None:
+        await self.transactions.stage_offsets(txn_id, producer_id, epoch, group, offsets)
+
+    async def txn_end(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+        await self.transactions.end(txn_id, producer_id, epoch, commit)
+
+    async def produce_transactional(self, topic: str, partition: int, producer_id: int, epoch: int,
+                                    producers: Sequence[ProducerSequence],
+                                    build: Callable[[list[bool]], tuple[bytes, Stamp | None]],
+                                    acks: Acks = Acks.LEADER) -> ProduceResult:
+        return await self.transactions.produce(topic, partition, producer_id, epoch, producers, build, acks)
+
+    async def last_stable_offset(self, topic: str, partition: int) -> int:
+        """The offset before which every record's transaction has ended (the high watermark when
+        none is open)."""
+        part = await self.ctx.ready_partition(topic, partition)
+        return await self.transactions.stable_offset(part, part.high_watermark)
+
+    async def aborted_transactions(self, topic: str, partition: int, start: int,
+                                   end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions with records in
+        ``start..end-1``, by first offset: what a read_committed Kafka fetch of that range lists."""
+        part = await self.ctx.ready_partition(topic, partition)
+        return [(a.producer_id, a.first_offset) for a in await self.transactions.aborted(part, start, end)]
 
     def check_readable(self, topic: str, partition: int) -> None:
         self.fetch_path.check_readable(topic, partition)
@@ -399,6 +453,25 @@ class Broker:
         """(log start offset, high watermark): the range a consumer may read."""
         part = self.partition(topic, partition)
         return part.log.log_start_offset, part.high_watermark
+
+    def records_end(self, topic: str, partition: int) -> int:
+        """The high watermark less the transaction markers at its end (``known_records_end``
+        first): the offset after the last record a reader sees, for protocols whose log end
+        names a record (TANK's last assigned sequence)."""
+        part = self.partition(topic, partition)
+        hw = part.high_watermark
+        run = part.control_run
+        return run[0] if run is not None and run[0] < hw <= run[1] else hw
+
+    async def known_records_end(self, topic: str, partition: int) -> None:
+        """Find the markers at the partition's log end once after a start (``records_end``)."""
+        part = await self.ctx.ready_partition(topic, partition)
+        if part.control_run is None:
+            end = part.log.next_offset
+            run = await asyncio.get_running_loop().run_in_executor(self.ctx.io, trailing_controls,
+                                                                   part.log, end)
+            if part.control_run is None:
+                part.control_run = run
 
     def log_end_offset(self, topic: str, partition: int) -> int:
         """The offset the partition's next record will get (past what is stored, acknowledged or not)."""
@@ -553,3 +626,20 @@ class Broker:
 
 
 __all__ = ["TOPIC_KEYS", "Acks", "Broker", "FetchResult", "PartitionLog", "ProduceResult", "TopicInfo"]
+
+
+def trailing_controls(log: PartitionLog, end: int, most: int = 64) -> tuple[int, int]:
+    """The offsets ``from..end-1`` of the control batches that end the log at ``end`` (``from``
+    = ``end``: none), looking back at most ``most`` batches. Blocking: a worker thread's."""
+    start = end
+    for _ in range(most):
+        if start <= log.log_start_offset:
+            break
+        try:
+            h = log.batch_header_at(start - 1)
+        except BayouError:
+            break
+        if h is None or not h.control or h.next_offset != start:
+            break
+        start = h.base_offset
+    return start, end

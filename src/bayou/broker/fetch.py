@@ -20,14 +20,17 @@ class FetchPath:
 
     async def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
                     max_records: int | None = None, max_wait_ms: int = 0, min_bytes: int = 1,
-                    upto_log_end: bool = False, from_log_start: bool = False) -> FetchResult:
+                    upto_log_end: bool = False, from_log_start: bool = False,
+                    committed_only: bool = False) -> FetchResult:
         """Whole batches from the one holding ``offset`` up to the high watermark, at most
         ``max_bytes`` and (batch-granular) ``max_records``, but always at least one batch.
 
         With ``max_wait_ms``, waits until at least ``min_bytes`` are available or the time passes.
         An offset below the log start raises OffsetOutOfRange, or with ``from_log_start`` reads
         from the log start instead (V1 and Iggy clamp so); one at or past the end returns nothing
-        (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches).
+        (after the wait). ``upto_log_end`` reads past the high watermark (replica fetches);
+        ``committed_only`` stops at the last stable offset (the partition's transaction table,
+        broker/transactions.py, loaded by the caller), and the result's ``high_watermark`` is it.
         Retention may remove the segment while the read runs: the start is then checked again,
         never answered as an empty read.
         """
@@ -46,6 +49,9 @@ class FetchPath:
             waiter = part.data_waiter() if max_wait_ms > 0 else None
             try:
                 hw = part.log.next_offset if upto_log_end else part.high_watermark
+                if committed_only:
+                    txns = part.txn_state.table
+                    hw = txns.stable(hw) if txns is not None else min(hw, offset)
                 start = part.log.log_start_offset
                 if offset < start:
                     if not from_log_start:

@@ -15,6 +15,7 @@ from bayou.storage.log import PartitionLog
 if TYPE_CHECKING:
     from bayou.broker.cluster.replicaset import ReplicaSet
     from bayou.broker.coordination import ReplicaState
+    from bayou.broker.txnstate import TxnTable
 
 LEADER = "leader"
 FOLLOWER = "follower"
@@ -35,6 +36,11 @@ class Partition:
         # that needs it: Cursus producer sequences, and Iggy message ids (``message.deduplication``)
         self.producer_state: Rebuilt[ProducerTable] = Rebuilt()
         self.dedup_state: Rebuilt[DedupTable] = Rebuilt()
+        # Kafka transactions (broker/transactions.py): open ones and aborted ones, rebuilt alike
+        self.txn_state: Rebuilt[TxnTable] = Rebuilt()
+        # The run of control batches (markers) at the log end, offsets ``from..to-1``: what readers
+        # that have no gap at the end (TANK's last assigned sequence) leave out. None until known.
+        self.control_run: tuple[int, int] | None = None
         # Cluster mode: this broker's view of the partition's leader, epoch and ISR (None on a
         # single node, where ``replicas`` above holds the V1 protocol's reported followers).
         self.cluster: ReplicaSet | None = None
@@ -82,6 +88,8 @@ class Partition:
         would acknowledge their retries as replays and store nothing)."""
         self.dedup_state.reset()
         self.producer_state.reset()
+        self.txn_state.reset()
+        self.control_run = None
 
     def notify(self) -> None:
         waiters, self._waiters = self._waiters, []

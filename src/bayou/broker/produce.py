@@ -205,6 +205,26 @@ class ProducePath:
         hold records within the producer expiry (``producer_rebuild_start``)."""
         return ProducerTable(), producer_rebuild_start(part.log, int(time.time() * 1000))
 
+    async def append_control(self, part: Partition, batch: bytes) -> AppendInfo:
+        """Append a control batch (a transaction marker, broker/transactions.py) as the leader,
+        durable per the fsync policy before this returns; not counted as client traffic."""
+        self.ctx.check_leader(part)
+        info = part.log.append(batch, leader_epoch=self._epoch(part))
+        run = part.control_run
+        part.control_run = ((run[0] if run is not None and run[1] == info.base_offset else info.base_offset),
+                            info.last_offset + 1)
+        part.replica_state.appended(part)
+        if part.log.config.fsync.mode == "always":
+            await asyncio.get_running_loop().run_in_executor(self.ctx.io, part.log.sync_to,
+                                                             info.last_offset + 1)
+        part.notify()
+        return info
+
+    async def rebuilt(self, part: Partition, slot: Rebuilt[TableT],
+                      new: Callable[[Partition], tuple[TableT, int]]) -> TableT:
+        """``_rebuilt``, for the other tables rebuilt from the log the same way."""
+        return await self._rebuilt(part, slot, new)
+
     async def _rebuilt(self, part: Partition, slot: Rebuilt[TableT],
                        new: Callable[[Partition], tuple[TableT, int]]) -> TableT:
         """The table of ``slot``, rebuilt from the partition's log first (one rebuild however many

@@ -3,7 +3,8 @@
 Every protocol's fetch walks the batches it read from the log the same way: a batch stored in the
 reader's own payload format, uncompressed, is served as stored (the protocol cuts its bytes out);
 any other batch is decoded once to records (records/formats.py), which the protocol encodes in its
-own wire form. ``window`` yields one piece per batch that overlaps the offsets asked for.
+own wire form. ``window`` yields one piece per batch that overlaps the offsets asked for and
+holds a record there (a Kafka transaction marker holds none: its offset is a gap to every reader).
 
 The caller decides when it has enough and stops iterating before asking for the next piece, so a
 batch past what it serves is never decoded (and its damage, if any, never reported).
@@ -66,4 +67,5 @@ async def window(batches: Iterable[tuple[int, BatchHeader]], native: int, start:
             records = await decode(pos, h)
             if lo > h.base_offset or hi < h.next_offset:
                 records = [r for r in records if lo <= r.offset < hi]
-            yield Converted(h, lo, hi, records)
+            if records:  # none: a control batch (a Kafka transaction marker), or a sparse gap
+                yield Converted(h, lo, hi, records)

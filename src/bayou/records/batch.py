@@ -11,6 +11,8 @@ without recomputing the checksum:
     16     1    magic                  int8   (2)
     17     4    crc                    uint32 CRC32C of bytes [21:]
     21     2    attributes             int16  bits 0-2 compression, bit 3 timestamp type,
+                                              bit 4 transactional (Kafka) or sparse (TANK),
+                                              bit 5 control (Kafka's transaction markers),
                                               bits 8-11 payload format (0: records)
     23     4    last_offset_delta      int32
     27     8    base_timestamp         int64  ms
@@ -43,6 +45,7 @@ from bayou.records.compression import DEFAULT_MAX_DECOMPRESSED, Compression, com
 from bayou.records.formats import FORMAT_RECORDS as FORMAT_RECORDS  # re-exported
 from bayou.records.formats import FORMATS, PayloadFormat, ProducerSequence, payload_format
 from bayou.records.model import Record as Record  # re-exported: the batch API speaks Record
+from bayou.records.tank import FORMAT_TANK
 from bayou.records.v2 import RECORD_HAS_MESSAGE_ID as RECORD_HAS_MESSAGE_ID  # re-exported
 from bayou.records.v2 import encode_record
 
@@ -66,9 +69,28 @@ ATTR_LOG_APPEND_TIME = 0x08
 # Offsets are not dense (TANK's sparse bundles name their own sequence numbers): the batch may
 # start past the previous batch's end and hold fewer records than its offset span. Inside the CRC,
 # so recovery can tell a deliberate gap from a damaged base offset.
+# The bit is Kafka's "transactional" in a batch of format 0 (records): it means sparse only in a
+# TANK batch (the only format that can hold gaps), so a Kafka transactional batch is stored as sent.
 ATTR_SPARSE = 0x10
+ATTR_TRANSACTIONAL = 0x10
+# Kafka's control batch (format 0 only): a transaction marker (commit or abort), one record whose
+# key says which. Not data: no protocol's reader sees it as a record (``decode_records``).
+ATTR_CONTROL = 0x20
 ATTR_FORMAT_SHIFT = 8
 ATTR_FORMAT_MASK = 0x0F00
+_TANK_SPARSE = ATTR_FORMAT_MASK | ATTR_SPARSE
+_SPARSE_TANK = (FORMAT_TANK << ATTR_FORMAT_SHIFT) | ATTR_SPARSE
+_CONTROL_MASK = ATTR_FORMAT_MASK | ATTR_CONTROL
+
+
+def is_sparse(attributes: int) -> bool:
+    """Whether a batch with these attributes may leave offset gaps: a TANK batch with bit 4."""
+    return attributes & _TANK_SPARSE == _SPARSE_TANK
+
+
+def is_control(attributes: int) -> bool:
+    """Whether a batch with these attributes is a Kafka control batch (a transaction marker)."""
+    return attributes & _CONTROL_MASK == ATTR_CONTROL
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +128,16 @@ class BatchHeader:
 
     @property
     def sparse(self) -> bool:
-        return bool(self.attributes & ATTR_SPARSE)
+        return is_sparse(self.attributes)
+
+    @property
+    def transactional(self) -> bool:
+        """A Kafka transactional producer's batch (data or marker); never a TANK batch."""
+        return self.attributes & (ATTR_FORMAT_MASK | ATTR_TRANSACTIONAL) == ATTR_TRANSACTIONAL
+
+    @property
+    def control(self) -> bool:
+        return is_control(self.attributes)
 
     @property
     def payload_format(self) -> int:
@@ -250,10 +281,13 @@ def decode_records(
     buf: Buffer, pos: int = 0, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
 ) -> list[Record]:
     """Decode every record of the batch at ``pos``, with absolute offsets and timestamps, whatever
-    its payload format (records/formats.py)."""
+    its payload format (records/formats.py). A control batch (a Kafka transaction marker) holds
+    none: its offset is a gap to every reader."""
     h = decode_header(buf, pos)
     if len(buf) - pos < h.size:
         raise CorruptRecord("truncated batch")
+    if h.control:
+        return []
     raw = bytes(memoryview(buf)[pos + HEADER_SIZE : pos + h.size])
     data = decompress(h.compression, raw, max_decompressed)
     return payload_format(h.payload_format).decode(data, h)
@@ -269,7 +303,7 @@ def _read_section(buf: Buffer, pos: int, max_decompressed: int,
         raise CorruptRecord("truncated batch")
     fmt = FORMATS.get(h.payload_format)
     read = reader(fmt) if fmt is not None else None
-    if read is None or not h.record_count:
+    if read is None or not h.record_count or h.control:
         return []
     body = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
     data: Buffer = body if not h.compression else decompress(h.compression, bytes(body), max_decompressed)

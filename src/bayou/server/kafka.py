@@ -33,6 +33,7 @@ from bayou.broker.broker import Acks
 from bayou.errors import (
     BayouError,
     InvalidRequest,
+    InvalidTxnState,
     OffsetOutOfRange,
     OutOfOrderSequence,
     UnknownPartition,
@@ -51,7 +52,7 @@ from bayou.protocols.kafka.framing import MAX_REQUEST_SIZE, FrameReader, KafkaEr
 from bayou.protocols.kafka.records import check_produced, for_kafka
 from bayou.protocols.scram import ScramExchange, ScramFailure
 from bayou.records.formats import kafka_producer
-from bayou.server import kafka_admin, kafka_groups
+from bayou.server import kafka_admin, kafka_groups, kafka_txn
 from bayou.server.base import Connection, Listener
 from bayou.server.frames import serve_frames
 from bayou.server.iggy.users import AuthFailure
@@ -75,13 +76,15 @@ log = logging.getLogger("bayou.kafka")
 
 MAX_WAIT_MS = 30_000  # a client's max wait is capped (Kafka's replica.fetch.wait.max.ms order)
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+READ_COMMITTED = 1  # a Fetch's or ListOffsets' isolation level
 
 SERVED: Mapping[ApiKey, VersionRange] = MappingProxyType({
-    **{k: r for k, r in SUPPORTED.items() if k not in TRANSACTION_APIS},
+    **SUPPORTED,
     # SaslHandshake v0 is followed by raw SASL tokens outside Kafka's framing: only v1 is served
     ApiKey.SASL_HANDSHAKE: VersionRange(1, 1)})
-"""What ApiVersions advertises: every API of ``SUPPORTED`` bayou serves today. Transactions are
-not served yet (a client that sees no AddPartitionsToTxn refuses transactional use up front)."""
+"""What ApiVersions advertises: every API of ``SUPPORTED``, but the transaction APIs in cluster
+mode (server/kafka_txn.py: a client that sees no AddPartitionsToTxn refuses transactional use up
+front)."""
 
 PLAIN = "PLAIN"
 MECHANISMS = (PLAIN, *scram.MECHANISMS)  # what SaslHandshake offers
@@ -102,6 +105,7 @@ class KafkaService:
         self._producer_ids = itertools.count(
             (int(time.time() * 1000) << 8) * PRODUCER_ID_STRIDE
             + broker.config.broker_id % PRODUCER_ID_STRIDE, PRODUCER_ID_STRIDE)
+        broker.set_producer_ids(self.next_producer_id)  # the transaction coordinator's too
 
     async def answer(self, frame: bytes, session: Session, advertised: Advertised) -> bytes | None:
         """The response frame to one request frame (None: acks=0 produce, no response).
@@ -139,8 +143,11 @@ class KafkaService:
 
 
 async def api_versions(svc: KafkaService, req: Request, body: Any) -> Fields:
+    served = svc.served
+    if svc.broker.clustered:
+        served = {k: r for k, r in served.items() if k not in TRANSACTION_APIS}
     return {"api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
-                         for k, lo, hi in codec.api_versions(svc.served)],
+                         for k, lo, hi in codec.api_versions(served)],
             "finalized_features_epoch": -1}
 
 
@@ -198,7 +205,7 @@ async def metadata(svc: KafkaService, req: Request, body: Any) -> Fields:
 
 
 async def _produce_partition(svc: KafkaService, topic: str, index: int, records: bytes | None,
-                             acks: Acks) -> Fields:
+                             acks: Acks, transactional_id: str | None) -> Fields:
     broker = svc.broker
     entry: Fields = {"index": index, "base_offset": -1, "log_append_time": None,
                      "log_start_offset": -1}
@@ -211,6 +218,8 @@ async def _produce_partition(svc: KafkaService, topic: str, index: int, records:
             raise UnknownPartition(f"topic {topic} has no partition {index}")
         batch = bytearray(records)
         h = check_produced(batch)
+        if h.transactional and (transactional_id is None or svc.broker.clustered):
+            raise InvalidTxnState("a transactional batch outside a transactional produce")
         if h.producer_id >= 0 and h.base_sequence >= 0:
             pid = kafka_producer(h.producer_id)
             seqs = [(pid, h.producer_epoch, h.base_sequence + i + 1) for i in range(h.record_count)]
@@ -220,7 +229,11 @@ async def _produce_partition(svc: KafkaService, topic: str, index: int, records:
                     raise OutOfOrderSequence(f"batch at sequence {h.base_sequence} partly stored before")
                 return bytes(batch), None
 
-            result = await broker.produce_idempotent(topic, index, seqs, whole, acks)
+            if h.transactional:
+                result = await broker.produce_transactional(topic, index, h.producer_id, h.producer_epoch,
+                                                            seqs, whole, acks)
+            else:
+                result = await broker.produce_idempotent(topic, index, seqs, whole, acks)
         else:
             result = await broker.produce(topic, index, batch, acks, create=False)
         entry["base_offset"] = result.base_offset
@@ -232,12 +245,6 @@ async def _produce_partition(svc: KafkaService, topic: str, index: int, records:
 
 
 async def produce(svc: KafkaService, req: Request, body: Any) -> Fields | None:
-    if body.transactional_id is not None:
-        responses = [{"name": t.name, "partition_responses": [
-            {"index": p.index, "error_code": ErrorCode.transactional_id_authorization_failed,
-             "base_offset": -1, "log_start_offset": -1} for p in t.partition_data]}
-            for t in body.topic_data]
-        return {"responses": responses}
     try:
         acks = Acks(body.acks)
         if acks == Acks.ALL and not svc.broker.clustered:
@@ -249,7 +256,8 @@ async def produce(svc: KafkaService, req: Request, body: Any) -> Fields | None:
             {"index": p.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1,
              "log_start_offset": -1} for p in t.partition_data]} for t in body.topic_data]}
     # every partition's append starts before any waits (fsync, acks=all): they share group commits
-    jobs = [[_produce_partition(svc, t.name, p.index, p.records, acks) for p in t.partition_data]
+    jobs = [[_produce_partition(svc, t.name, p.index, p.records, acks, body.transactional_id)
+             for p in t.partition_data]
             for t in body.topic_data]
     flat = await asyncio.gather(*(j for row in jobs for j in row))
     if acks == Acks.NONE:
@@ -268,6 +276,7 @@ class _Part:
     partition: int
     offset: int
     max_bytes: int
+    committed: bool = False  # read_committed: up to the last stable offset, aborted ones listed
     fields: Fields = field(default_factory=dict)
     size: int = 0
 
@@ -285,16 +294,27 @@ async def _fetch_one(svc: KafkaService, p: _Part, budget: int) -> None:
         broker.check_readable(p.topic, p.partition)
         await broker.check_leads(p.topic, p.partition)  # Kafka clients fetch from the leader
         start, hw = broker.partition_bounds(p.topic, p.partition)
-        f.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
+        stable = await broker.last_stable_offset(p.topic, p.partition) if p.committed else hw
+        f.update(high_watermark=hw, last_stable_offset=stable, log_start_offset=start)
         if p.offset > hw or p.offset < start:
             raise OffsetOutOfRange(f"offset {p.offset} outside {start}..{hw}")
-        if p.offset == hw or budget <= 0:
+        if p.offset >= stable or budget <= 0:
             f["records"] = b""
             return
-        r = await broker.fetch(p.topic, p.partition, p.offset, max_bytes=min(p.max_bytes, budget))
-        f.update(high_watermark=r.high_watermark, last_stable_offset=r.high_watermark,
-                 log_start_offset=r.log_start_offset)
+        r = await broker.fetch(p.topic, p.partition, p.offset, max_bytes=min(p.max_bytes, budget),
+                               committed_only=p.committed)
+        if p.committed:  # the read's bound was the last stable offset
+            f.update(high_watermark=max(hw, broker.partition_bounds(p.topic, p.partition)[1]),
+                     last_stable_offset=r.high_watermark, log_start_offset=r.log_start_offset)
+        else:
+            f.update(high_watermark=r.high_watermark, last_stable_offset=r.high_watermark,
+                     log_start_offset=r.log_start_offset)
         data = for_kafka(r.data, p.offset) if r.data else b""
+        if p.committed and data:
+            f["aborted_transactions"] = [
+                {"producer_id": pid, "first_offset": first}
+                for pid, first in await broker.aborted_transactions(p.topic, p.partition, p.offset,
+                                                                    r.next_offset)]
         f["records"] = data
         p.size = len(data)
     except BayouError as exc:
@@ -305,7 +325,8 @@ async def _wait_for_data(svc: KafkaService, parts: list[_Part], wait_s: float) -
     """Return once any partition has records past its fetch offset, or after ``wait_s``: the
     broker's long poll (min bytes 1) on each, the first to answer ending the others."""
     polls = [asyncio.ensure_future(svc.broker.fetch(p.topic, p.partition, p.offset, max_bytes=1,
-                                                    max_wait_ms=int(wait_s * 1000)))
+                                                    max_wait_ms=int(wait_s * 1000),
+                                                    committed_only=p.committed))
              for p in parts]
     try:
         await asyncio.wait(polls, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
@@ -316,7 +337,8 @@ async def _wait_for_data(svc: KafkaService, parts: list[_Part], wait_s: float) -
 
 
 async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
-    parts = [_Part(t.topic, p.partition, p.fetch_offset, max(0, p.partition_max_bytes))
+    committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    parts = [_Part(t.topic, p.partition, p.fetch_offset, max(0, p.partition_max_bytes), committed)
              for t in body.topics for p in t.partitions]
     max_bytes = body.max_bytes if body.max_bytes > 0 else MAX_REQUEST_SIZE
     deadline = time.monotonic() + min(max(0, body.max_wait.total_seconds()), MAX_WAIT_MS / 1000)
@@ -342,7 +364,8 @@ async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
 # -- ListOffsets, OffsetForLeaderEpoch, InitProducerId ------------------------------------------
 
 
-async def _offset_at(svc: KafkaService, topic: str, partition: int, timestamp: int) -> Fields:
+async def _offset_at(svc: KafkaService, topic: str, partition: int, timestamp: int,
+                     committed: bool) -> Fields:
     broker = svc.broker
     out: Fields = {"partition_index": partition, "timestamp": -1, "offset": -1, "leader_epoch": -1}
     try:
@@ -355,7 +378,7 @@ async def _offset_at(svc: KafkaService, topic: str, partition: int, timestamp: i
         if timestamp == EARLIEST:
             out["offset"] = start
         elif timestamp in (LATEST, MAX_TIMESTAMP):
-            out["offset"] = hw
+            out["offset"] = await broker.last_stable_offset(topic, partition) if committed else hw
         elif timestamp < 0:
             raise InvalidRequest(f"timestamp {timestamp}")
         else:
@@ -370,7 +393,8 @@ async def _offset_at(svc: KafkaService, topic: str, partition: int, timestamp: i
 
 async def list_offsets(svc: KafkaService, req: Request, body: Any) -> Fields:
     return {"topics": [{"name": t.name, "partitions": [
-        await _offset_at(svc, t.name, p.partition_index, p.timestamp) for p in t.partitions]}
+        await _offset_at(svc, t.name, p.partition_index, p.timestamp,
+                         getattr(body, "isolation_level", 0) == READ_COMMITTED) for p in t.partitions]}
         for t in body.topics]}
 
 
@@ -399,10 +423,17 @@ async def offset_for_leader_epoch(svc: KafkaService, req: Request, body: Any) ->
 
 
 async def init_producer_id(svc: KafkaService, req: Request, body: Any) -> Fields:
-    if body.transactional_id is not None:
-        return {"error_code": ErrorCode.transactional_id_authorization_failed, "producer_id": -1,
-                "producer_epoch": -1}
     pid, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
+    if body.transactional_id is not None:
+        if svc.broker.clustered:  # transactions are served by a single broker (kafka_txn.py)
+            return {"error_code": ErrorCode.coordinator_not_available, "producer_id": -1,
+                    "producer_epoch": -1}
+        try:
+            pid, epoch = await svc.broker.txn_init_producer(
+                body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000), pid, epoch)
+        except BayouError as exc:
+            return {"error_code": code_of(exc), "producer_id": -1, "producer_epoch": -1}
+        return {"producer_id": pid, "producer_epoch": epoch}
     if pid >= 0 and epoch >= 0:  # KIP-360: the producer bumps its epoch and restarts at 0
         return {"producer_id": pid, "producer_epoch": (epoch + 1) % 32767}
     return {"producer_id": svc.next_producer_id(), "producer_epoch": 0}
@@ -501,6 +532,7 @@ HANDLERS: dict[ApiKey, Handler] = {
         ApiKey.SASL_AUTHENTICATE: sasl_authenticate,
         **kafka_groups.HANDLERS,
         **kafka_admin.HANDLERS,
+        **kafka_txn.HANDLERS,
     }
 """The one dispatch table: API key -> handler (STYLE habit 5)."""
 

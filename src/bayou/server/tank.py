@@ -205,8 +205,9 @@ class TankService:
             self.broker.check_readable(topic, p.partition)
         except NotLeader as exc:  # cluster mode: no replica here; TANK's clients retry at the leader
             return _consume_fault(p.partition, exc), None, False
-        last = last_assigned(self.broker, topic, p.partition)
         try:
+            await self.broker.known_records_end(topic, p.partition)
+            last = last_assigned(self.broker, topic, p.partition)
             first = await first_available(self.broker, topic, p.partition)
         except StorageError as exc:  # damaged stored data (a quarantined partition), I/O failure
             return _consume_fault(p.partition, exc), None, False

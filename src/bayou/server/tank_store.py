@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from bayou.broker import Acks, Broker
-from bayou.broker.window import Stored, served_as_stored, window
+from bayou.broker.window import Converted, Stored, served_as_stored, window
 from bayou.errors import (
     BayouError,
     CorruptRecord,
@@ -98,7 +98,9 @@ class Chunk:
 
 
 def last_assigned(broker: Broker, topic: str, partition: int) -> int:
-    return broker.partition_bounds(topic, partition)[1]
+    """TANK's last assigned sequence: the last record's offset + 1, so not a Kafka transaction
+    marker's (a consumer asking past the last record would get an empty chunk forever)."""
+    return broker.records_end(topic, partition)
 
 
 async def first_available(broker: Broker, topic: str, partition: int) -> int:
@@ -210,20 +212,26 @@ async def read_chunk(broker: Broker, topic: str, partition: int, seq: int, fetch
             # CRC-checked: converted bytes must be the stored ones
             return await decode_stored(span.read_batch(pos, h))
 
+        expect = -1  # the offset the previous piece ended at: a bundle after a gap must say so
         async for piece in window(span.batches, FORMAT_TANK, 0, decode):
             h, first = piece.header, not chunk.pieces
-            if isinstance(piece, Stored):
+            after_gap = not first and h.base_offset != expect
+            expect = h.next_offset
+            if isinstance(piece, Stored) and (h.sparse or not after_gap):
                 if first:
                     chunk.sparse_first = h.sparse
                     chunk.base_seq = 0 if h.sparse else h.base_offset + 1
                 chunk.add(FileRange(span.fd, piece.pos + HEADER_SIZE, h.size - HEADER_SIZE))
             else:
+                # converted: another format, or a dense TANK bundle after a gap (offsets no
+                # record holds, such as a Kafka transaction marker's), re-sent as a sparse one
+                records = piece.records if isinstance(piece, Converted) else await decode(piece.pos, h)
                 if first:
                     chunk.base_seq = h.base_offset + 1
                 # TANK's key is a str8: a longer key (V1, Cursus, the SDK) is cut at 255 bytes
                 msgs = [TankMessage(r.offset + 1, r.timestamp, r.key[:255] if r.key else r.key, r.value)
-                        for r in piece.records]
-                dense = all(m.seq == h.base_offset + 1 + j for j, m in enumerate(msgs))
+                        for r in records]
+                dense = not after_gap and all(m.seq == h.base_offset + 1 + j for j, m in enumerate(msgs))
                 if not dense and first:
                     chunk.sparse_first = True
                     chunk.base_seq = 0

@@ -16,7 +16,6 @@ import crc32c
 
 from bayou.errors import CorruptRecord
 from bayou.records.batch import (
-    ATTR_SPARSE,
     HEADER,
     HEADER_SIZE,
     LENGTH_PREFIX,
@@ -25,6 +24,7 @@ from bayou.records.batch import (
     Buffer,
     batch_crc,
     decode_header,
+    is_sparse,
 )
 
 
@@ -70,7 +70,7 @@ def first_bad_batch(data: Buffer, expected: int | None = None) -> tuple[int, str
         size = length + LENGTH_PREFIX
         if pos + size > n:
             return pos, "torn batch"
-        if expected is not None and (base < expected or (base > expected and not attrs & ATTR_SPARSE)):
+        if expected is not None and (base < expected or (base > expected and not is_sparse(attrs))):
             return pos, f"offset gap: batch starts {base}, expected {expected}"
         if crc32c.crc32c(mv[pos + 21 : pos + size]) != crc:
             return pos, f"CRC mismatch (offset {base})"

@@ -20,6 +20,7 @@ from bayou.records.batch import (
     decode_records,
     encode_batch,
     iter_batches,
+    refresh_crc,
     set_base_offset,
 )
 from bayou.records.compression import Compression
@@ -100,3 +101,16 @@ def test_build_answers_every_version() -> None:
         frame = codec.encode_response(codec.RequestHeader(0, version, 9, None, False, 0), body)
         _cid, back = codec.decode_response(frame[4:], ApiKey.PRODUCE, version)
         assert back.responses[0].partition_responses[0].error_code == ErrorCode.corrupt_message
+
+
+def test_a_control_batch_from_a_client_is_refused_and_a_transactional_one_needs_its_producer() -> None:
+    marker = bytearray(encode_batch(recs(b"a"), producer_id=7, producer_epoch=0, base_sequence=0))
+    marker[22] |= 0x30  # isTransactional | isControl
+    refresh_crc(marker)
+    with pytest.raises(InvalidRecord, match="control"):
+        check_produced(bytes(marker))
+    txn = bytearray(encode_batch(recs(b"a"), producer_id=7, producer_epoch=0, base_sequence=0))
+    txn[22] |= 0x10
+    refresh_crc(txn)
+    h = check_produced(bytes(txn))
+    assert h.transactional and not h.sparse and not h.control

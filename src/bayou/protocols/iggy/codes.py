@@ -327,6 +327,10 @@ ERROR_STATUS: Mapping[type[errors.BayouError], Status] = MappingProxyType({
     errors.DuplicateSequence: Status.ERROR,  # Iggy has no idempotent producers; never raised for it
     errors.OutOfOrderSequence: Status.ERROR,
     errors.ProducerFenced: Status.ERROR,
+    errors.InvalidTxnState: Status.ERROR,  # Kafka's transactions: never raised on an Iggy request
+    errors.ConcurrentTransactions: Status.ERROR,
+    errors.InvalidProducerIdMapping: Status.ERROR,
+    errors.InvalidTransactionTimeout: Status.ERROR,
     errors.StorageError: Status.ERROR,
     errors.CorruptStorage: Status.CANNOT_READ_MESSAGE,
     errors.BrokerShuttingDown: Status.TRANSIENT_NOT_ACCEPTED,

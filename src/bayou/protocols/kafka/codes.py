@@ -150,6 +150,10 @@ ERROR_CODE: Mapping[type[errors.BayouError], ErrorCode] = MappingProxyType({
     errors.DuplicateSequence: ErrorCode.duplicate_sequence_number,
     errors.OutOfOrderSequence: ErrorCode.out_of_order_sequence_number,
     errors.ProducerFenced: ErrorCode.producer_fenced,
+    errors.InvalidTxnState: ErrorCode.invalid_txn_state,
+    errors.ConcurrentTransactions: ErrorCode.concurrent_transactions,  # retriable: the client retries
+    errors.InvalidProducerIdMapping: ErrorCode.invalid_producer_id_mapping,
+    errors.InvalidTransactionTimeout: ErrorCode.invalid_transaction_timeout,
     errors.StorageError: ErrorCode.kafka_storage_error,
     errors.CorruptStorage: ErrorCode.kafka_storage_error,  # the partition is offline until repaired
     errors.BrokerShuttingDown: ErrorCode.leader_not_available,  # retriable: the client waits

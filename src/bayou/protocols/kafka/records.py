@@ -3,8 +3,8 @@
 A Kafka client's v2 batch is bayou's batch layout (records/batch.py), so a produced batch is
 stored as received: the broker writes its base offset in place (outside the CRC). Before that,
 ``check_produced`` refuses what Kafka refuses and what bayou would read differently: anything
-but exactly one v2 batch, a control or transactional batch (bayou reads attribute bit 0x10 as its
-own sparse flag; transactions are not served), payload-format bits (8-11: bayou's, never a Kafka
+but exactly one v2 batch, a control batch (markers are the broker's to write), a transactional
+batch without a producer id and sequence, payload-format bits (8-11: bayou's, never a Kafka
 client's), and records that do not decode (Kafka's broker decompresses and checks them too).
 
 A fetch sends stored v2 batches as they are when a Kafka client reads them the same way:
@@ -19,8 +19,10 @@ import dataclasses
 
 from bayou.errors import CorruptRecord, InvalidRecord
 from bayou.records.batch import (
+    ATTR_CONTROL,
     ATTR_FORMAT_MASK,
     ATTR_LOG_APPEND_TIME,
+    ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     BatchHeader,
     Buffer,
@@ -35,9 +37,6 @@ from bayou.records.iggy import FORMAT_IGGY, KIND_RAW, ORIGIN_TIMESTAMP, STRING_K
 from bayou.records.model import Record
 from bayou.records.v2 import encode_record, has_message_ids, walk_v2
 
-ATTR_TRANSACTIONAL = 0x10  # Kafka's meaning of the bit bayou's log calls ATTR_SPARSE
-ATTR_CONTROL = 0x20
-
 
 def check_produced(records: Buffer) -> BatchHeader:
     """The header of the one batch a Produce carries for a partition; CorruptRecord (Kafka's
@@ -49,8 +48,10 @@ def check_produced(records: Buffer) -> BatchHeader:
         raise CorruptRecord(f"a batch of {h.size} bytes in {len(records)}")
     if h.size != len(records):
         raise InvalidRecord("a produce must carry exactly one record batch per partition")
-    if h.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
-        raise InvalidRecord("transactional and control batches are not served")
+    if h.attributes & ATTR_CONTROL:
+        raise InvalidRecord("a control batch from a client")
+    if h.attributes & ATTR_TRANSACTIONAL and (h.producer_id < 0 or h.base_sequence < 0):
+        raise InvalidRecord("a transactional batch without a producer id and sequence")
     if h.attributes & ATTR_FORMAT_MASK:
         raise InvalidRecord(f"batch attributes 0x{h.attributes:04x}: bits 8-11 are not Kafka's")
     if h.record_count < 1:

@@ -1,0 +1,379 @@
+"""Transactions (Kafka's exactly-once producer): the coordinator, and each partition's open and
+aborted transactions.
+
+A transactional producer (a ``transactional.id``) gets a producer id and epoch from
+``init_producer``, names each partition before it writes there (``add_partitions``) and each group
+whose offsets it commits (``add_offsets``, ``stage_offsets``), then ends the transaction
+(``end``): a control batch (a commit or abort marker) is appended to every partition it wrote, and
+on commit its staged offsets become the groups' committed offsets. Readers that ask for committed
+records only (Kafka's read_committed) read up to the partition's last stable offset (LSO, before
+the first record of any transaction still open) and get the aborted transactions of the range
+they read, so they can drop those records. Every other reader (V1, Cursus, Iggy, TANK, the SDK,
+Kafka's read_uncommitted) reads up to the high watermark and never sees a marker
+(``decode_records`` skips control batches); aborted records are data to them, as to Kafka's
+read_uncommitted consumers.
+
+Durability: the coordinator's state (``transactions.json``, written before a change is
+answered) says which transactions are open, with which partitions and staged offsets; a
+transaction found half-ended at start is finished, an open one is aborted when its timeout
+passes. A partition's table (``TxnTable``) is rebuilt from the log like the producer table
+(broker/idempotence.py), with the aborted ones kept in storage/txnindex.py. Single node only:
+in cluster mode a transaction's markers would have to reach partitions led by other brokers, and
+the Kafka front end does not offer the transaction APIs there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bayou.broker.idempotence import producer_rebuild_start
+from bayou.broker.model import Acks, ProduceResult
+from bayou.broker.partition import Partition
+from bayou.broker.persist import StateFile
+from bayou.broker.txnstate import TxnTable, control_batch
+from bayou.errors import (
+    ConcurrentTransactions,
+    InvalidProducerIdMapping,
+    InvalidRequest,
+    InvalidTransactionTimeout,
+    InvalidTxnState,
+    ProducerFenced,
+    UnknownPartition,
+)
+from bayou.records.formats import ProducerSequence
+from bayou.storage.txnindex import AbortedIndex, AbortedTxn
+
+if TYPE_CHECKING:
+    from bayou.broker.context import BrokerContext
+    from bayou.broker.produce import ProducePath, Stamp
+
+log = logging.getLogger("bayou.broker")
+
+MAX_TIMEOUT_MS = 15 * 60 * 1000  # Kafka's transaction.max.timeout.ms default
+EXPIRY_CHECK_S = 1.0
+MAX_EPOCH = 32767
+EMPTY, ONGOING = "Empty", "Ongoing"
+PREPARE_COMMIT, PREPARE_ABORT = "PrepareCommit", "PrepareAbort"
+COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
+
+
+# -- the coordinator's state ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TxnMeta:
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    state: str = EMPTY
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+    # group -> topic -> partition -> offset, committed when the transaction commits
+    offsets: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
+    started_ms: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"producer_id": self.producer_id, "epoch": self.epoch, "timeout_ms": self.timeout_ms,
+                "state": self.state, "partitions": sorted([t, p] for t, p in self.partitions),
+                "groups": sorted(self.groups), "offsets": self.offsets, "started_ms": self.started_ms}
+
+    @classmethod
+    def from_json(cls, txn_id: str, d: dict[str, Any]) -> TxnMeta:
+        return cls(txn_id, int(d["producer_id"]), int(d["epoch"]), int(d["timeout_ms"]), str(d["state"]),
+                   {(str(t), int(p)) for t, p in d.get("partitions", [])}, set(d.get("groups", [])),
+                   {g: {t: {int(p): int(o) for p, o in ps.items()} for t, ps in ts.items()}
+                    for g, ts in d.get("offsets", {}).items()},
+                   int(d.get("started_ms", 0)))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Transactions:
+    """The transaction coordinator of a single broker, and the transactional side of produce and
+    fetch. ``next_producer_id`` hands out producer ids (the Kafka front end's allocator)."""
+
+    def __init__(self, ctx: BrokerContext, produce: ProducePath,
+                 commit_offsets: Callable[[str, str, dict[int, int]], Any]) -> None:
+        self.ctx = ctx
+        self.path = produce
+        self._commit_offsets = commit_offsets  # (group, topic, {partition: offset}), awaited
+        self.txns: dict[str, TxnMeta] = {}
+        self.by_producer: dict[int, TxnMeta] = {}
+        self.file = StateFile(ctx.config.data_dir / "transactions.json", self._snapshot)
+        self._lock = asyncio.Lock()  # one state change at a time: markers are written in order
+        self.next_producer_id: Callable[[], int] = self._unset
+
+    @staticmethod
+    def _unset() -> int:
+        raise InvalidRequest("no producer id allocator")
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def _snapshot(self) -> bytes:
+        return json.dumps({"version": 1, "transactions": {
+            k: m.as_json() for k, m in self.txns.items()}}, sort_keys=True).encode()
+
+    def load(self) -> None:
+        raw = self.file.load()
+        if not raw:
+            return
+        try:
+            doc = json.loads(raw)
+            for txn_id, d in doc.get("transactions", {}).items():
+                meta = TxnMeta.from_json(txn_id, d)
+                self.txns[txn_id] = meta
+                self.by_producer[meta.producer_id] = meta
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("transactions.json is unreadable (%s): starting without transactions", exc)
+            self.txns.clear()
+            self.by_producer.clear()
+
+    async def start(self) -> list[asyncio.Task[None]]:
+        """Finish what was half-ended at the last stop; the expiry task to run."""
+        self.load()
+        for meta in list(self.txns.values()):
+            if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                try:
+                    async with self._lock:
+                        await self._complete(meta)
+                except Exception:  # the expiry pass retries it
+                    log.exception("could not finish transaction %s", meta.transactional_id)
+            elif meta.state == ONGOING:
+                meta.started_ms = _now_ms()  # its timeout counts from now: the producer may go on
+        from bayou.broker.background import run_forever
+
+        return [asyncio.get_running_loop().create_task(
+            run_forever("transaction-expiry", self.expire, EXPIRY_CHECK_S, logger=log),
+            name="transaction-expiry")]
+
+    async def _save(self) -> None:
+        await self.file.save()
+
+    def _txn(self, txn_id: str, producer_id: int, epoch: int) -> TxnMeta:
+        """The transaction ``txn_id`` as its producer names it: the errors Kafka gives a stale
+        or unknown producer."""
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise InvalidProducerIdMapping(f"transactional id {txn_id!r} has no producer {producer_id}")
+        if epoch != meta.epoch:
+            raise ProducerFenced(f"producer {producer_id} of {txn_id!r}: epoch {epoch}, "
+                                 f"current {meta.epoch}")
+        return meta
+
+    # -- the coordinator's requests ---------------------------------------------------------------
+
+    async def init_producer(self, txn_id: str, timeout_ms: int, producer_id: int = -1,
+                            epoch: int = -1) -> tuple[int, int]:
+        """(producer id, epoch) for ``txn_id``: a new id the first time, the same id with the
+        next epoch afterwards (fencing the previous producer; an open transaction of it is
+        aborted first). ``producer_id``/``epoch`` (KIP-360) must then be the current ones."""
+        if not 0 < timeout_ms <= MAX_TIMEOUT_MS:
+            raise InvalidTransactionTimeout(
+                f"transaction timeout {timeout_ms} ms is outside 1..{MAX_TIMEOUT_MS}")
+        async with self._lock:
+            meta = self.txns.get(txn_id)
+            current = None if meta is None else (meta.producer_id, meta.epoch)
+            if meta is not None and producer_id >= 0 and (producer_id, epoch) != current:
+                if producer_id != meta.producer_id:
+                    raise InvalidProducerIdMapping(f"transactional id {txn_id!r} has another producer id")
+                raise ProducerFenced(f"epoch {epoch} of {txn_id!r} is not the current {meta.epoch}")
+            if meta is not None and meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                await self._complete(meta)
+            if meta is not None and meta.state == ONGOING:
+                meta.epoch = self._bump(meta)
+                meta.state = PREPARE_ABORT
+                await self._save()
+                await self._complete(meta)
+            if meta is None:
+                meta = TxnMeta(txn_id, self.next_producer_id(), 0, timeout_ms)
+            else:
+                self.by_producer.pop(meta.producer_id, None)
+                if meta.epoch >= MAX_EPOCH - 1:
+                    meta.producer_id, meta.epoch = self.next_producer_id(), 0
+                else:
+                    meta.epoch += 1
+            meta.timeout_ms, meta.state = timeout_ms, EMPTY
+            meta.partitions, meta.groups, meta.offsets = set(), set(), {}
+            self.txns[txn_id] = meta
+            self.by_producer[meta.producer_id] = meta
+            await self._save()
+            return meta.producer_id, meta.epoch
+
+    @staticmethod
+    def _bump(meta: TxnMeta) -> int:
+        return meta.epoch + 1 if meta.epoch < MAX_EPOCH - 1 else meta.epoch
+
+    def _begin(self, meta: TxnMeta) -> None:
+        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            raise ConcurrentTransactions()
+        if meta.state != ONGOING:
+            meta.state, meta.started_ms = ONGOING, _now_ms()
+            meta.partitions, meta.groups, meta.offsets = set(), set(), {}
+
+    async def add_partitions(self, txn_id: str, producer_id: int, epoch: int,
+                             partitions: Sequence[tuple[str, int]]) -> None:
+        """Name partitions the transaction writes to (UnknownTopic/UnknownPartition for one that
+        does not exist: then none is added)."""
+        async with self._lock:
+            meta = self._txn(txn_id, producer_id, epoch)
+            if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                raise ConcurrentTransactions()
+            for topic, p in partitions:
+                self.ctx.authorize("send", topic)
+                if not 0 <= p < len(self.ctx.topic(topic).partitions):
+                    raise UnknownPartition(f"topic {topic} has no partition {p}")
+            if set(partitions) <= meta.partitions and meta.state == ONGOING:
+                return
+            self._begin(meta)
+            meta.partitions.update(partitions)
+            await self._save()
+
+    async def add_offsets(self, txn_id: str, producer_id: int, epoch: int, group: str) -> None:
+        async with self._lock:
+            meta = self._txn(txn_id, producer_id, epoch)
+            self._begin(meta)
+            if group not in meta.groups:
+                meta.groups.add(group)
+                await self._save()
+
+    async def stage_offsets(self, txn_id: str, producer_id: int, epoch: int, group: str,
+                            offsets: dict[str, dict[int, int]]) -> None:
+        """TxnOffsetCommit: offsets committed for ``group`` if the transaction commits."""
+        async with self._lock:
+            meta = self._txn(txn_id, producer_id, epoch)
+            if meta.state != ONGOING or group not in meta.groups:
+                raise InvalidTxnState(f"group {group!r} was not added to transaction {txn_id!r}")
+            for topic, parts in offsets.items():
+                self.ctx.authorize("poll", topic)
+                meta.offsets.setdefault(group, {}).setdefault(topic, {}).update(parts)
+            await self._save()
+
+    async def end(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+        """EndTxn: write the markers, commit (or drop) the staged offsets. A retry of an end that
+        completed is answered as it was; the other end is INVALID_TXN_STATE."""
+        async with self._lock:
+            meta = self._txn(txn_id, producer_id, epoch)
+            done = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+            if meta.state == done:
+                return
+            if meta.state == (PREPARE_COMMIT if commit else PREPARE_ABORT):
+                await self._complete(meta)
+                return
+            if meta.state != ONGOING:
+                if meta.state == EMPTY and not commit:
+                    return  # nothing was written: an abort has nothing to undo
+                raise InvalidTxnState(f"transaction {txn_id!r} is {meta.state}: cannot "
+                                      f"{'commit' if commit else 'abort'}")
+            meta.state = PREPARE_COMMIT if commit else PREPARE_ABORT
+            await self._save()
+            await self._complete(meta)
+
+    async def _complete(self, meta: TxnMeta) -> None:
+        """Write the markers of a prepared end, apply its offsets, record it complete. Under the
+        lock. A partition deleted meanwhile is skipped."""
+        commit = meta.state == PREPARE_COMMIT
+        for topic, p in sorted(meta.partitions):
+            try:
+                part = self.ctx.partition(topic, p)
+            except Exception:  # the topic or partition is gone: nothing left to mark
+                continue
+            await self.write_marker(part, meta.producer_id, meta.epoch, commit)
+        if commit:
+            for group, topics in meta.offsets.items():
+                for topic, parts in topics.items():
+                    await self._commit_offsets(group, topic, parts)
+        meta.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        meta.partitions, meta.groups, meta.offsets = set(), set(), {}
+        await self._save()
+        log.info("transaction %s (producer %d, epoch %d) %s", meta.transactional_id, meta.producer_id,
+                 meta.epoch, "committed" if commit else "aborted")
+
+    async def expire(self) -> None:
+        """Abort every open transaction past its timeout, fencing its producer (a new epoch)."""
+        now = _now_ms()
+        for meta in list(self.txns.values()):
+            if meta.state in (PREPARE_COMMIT, PREPARE_ABORT) or (
+                    meta.state == ONGOING and now - meta.started_ms > meta.timeout_ms):
+                async with self._lock:
+                    if meta.state == ONGOING:
+                        log.info("transaction %s timed out after %d ms: aborting",
+                                 meta.transactional_id, meta.timeout_ms)
+                        self.by_producer.pop(meta.producer_id, None)
+                        meta.epoch = self._bump(meta)
+                        self.by_producer[meta.producer_id] = meta
+                        meta.state = PREPARE_ABORT
+                        await self._save()
+                    if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                        await self._complete(meta)
+
+    # -- the partitions' side ---------------------------------------------------------------------
+
+    async def table(self, part: Partition) -> TxnTable:
+        """The partition's transactions, rebuilt from the log and its aborted index first."""
+        table = part.txn_state.table
+        if table is None:
+            table = await self.path.rebuilt(part, part.txn_state, self._new_table)
+            if table.unsaved:
+                entries, table.unsaved = table.unsaved, []
+                await asyncio.get_running_loop().run_in_executor(
+                    self.ctx.io, AbortedIndex(part.log.dir).append, entries)
+        return table
+
+    @staticmethod
+    def _new_table(part: Partition) -> tuple[TxnTable, int]:
+        log_ = part.log
+        start = producer_rebuild_start(log_, _now_ms())
+        aborted = [a for a in AbortedIndex(log_.dir).load(log_.log_start_offset)
+                   if a.last_offset < log_.next_offset]
+        table = TxnTable(aborted)
+        table.scan_start = start
+        return table, start
+
+    async def produce(self, topic: str, partition: int, producer_id: int, epoch: int,
+                      producers: Sequence[ProducerSequence],
+                      build: Callable[[list[bool]], tuple[bytes, Stamp | None]],
+                      acks: Acks) -> ProduceResult:
+        """A transactional producer's batch: its transaction must be open and hold the partition.
+        The partition's open transaction is registered before the batch is visible, so the last
+        stable offset never passes it."""
+        meta = self.by_producer.get(producer_id)
+        if meta is None:
+            raise InvalidProducerIdMapping(f"producer {producer_id} has no transaction")
+        if epoch != meta.epoch:
+            raise ProducerFenced(f"producer {producer_id}: epoch {epoch}, current {meta.epoch}")
+        if meta.state != ONGOING or (topic, partition) not in meta.partitions:
+            raise InvalidTxnState(f"partition {topic}/{partition} is not in the producer's transaction")
+        part = await self.ctx.ready_partition(topic, partition)
+        table = await self.table(part)
+        table.begin(producer_id, part.log.next_offset)
+        return await self.path.produce_idempotent(topic, partition, producers, build, acks)
+
+    async def write_marker(self, part: Partition, producer_id: int, epoch: int, commit: bool) -> None:
+        table = await self.table(part)
+        batch = control_batch(producer_id, epoch, commit, _now_ms())
+        info = await self.path.append_control(part, batch)
+        entry = table.end(producer_id, info.base_offset, commit)
+        if entry is not None:
+            await asyncio.get_running_loop().run_in_executor(
+                self.ctx.io, AbortedIndex(part.log.dir).append, [entry])
+
+    async def stable_offset(self, part: Partition, high_watermark: int) -> int:
+        return (await self.table(part)).stable(high_watermark)
+
+    async def aborted(self, part: Partition, start: int, end: int) -> list[AbortedTxn]:
+        return (await self.table(part)).aborted_in(start, end)
+
+    def forget_partition_data(self, part: Partition) -> None:
+        part.txn_state.reset()
+
+
+__all__ = ["Transactions", "TxnMeta"]

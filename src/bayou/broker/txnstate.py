@@ -1,0 +1,141 @@
+"""A partition's Kafka transactions: the open ones (what bounds its last stable offset) and the
+aborted ones (what a read_committed fetch lists), and the control batches (markers) that end them.
+The coordinator is broker/transactions.py; this table sits with the partition's other tables
+(broker/idempotence.py) and is rebuilt from the log the same way, the aborted ones also kept in
+storage/txnindex.py.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from bayou.errors import CorruptRecord
+from bayou.records.batch import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    HEADER_SIZE,
+    Buffer,
+    assemble_batch,
+    decode_header,
+)
+from bayou.records.compression import decompress
+from bayou.records.model import Record
+from bayou.records.v2 import decode_v2, encode_record
+from bayou.storage.txnindex import AbortedTxn
+
+ABORT, COMMIT = 0, 1  # the control record's type (its key: version int16, type int16)
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
+
+
+def control_batch(producer_id: int, epoch: int, commit: bool, timestamp_ms: int) -> bytes:
+    """A transaction marker as Kafka writes it: a transactional control batch of one record, key
+    (version 0, type), value (version 0, coordinator epoch 0)."""
+    rec = Record(offset=0, timestamp=timestamp_ms,
+                 key=_CONTROL_KEY.pack(0, COMMIT if commit else ABORT),
+                 value=_CONTROL_VALUE.pack(0, 0))
+    body = bytearray()
+    encode_record(body, rec, 0, timestamp_ms)
+    return assemble_batch(bytes(body), record_count=1, base_offset=0,
+                          attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL,
+                          base_timestamp=timestamp_ms, max_timestamp=timestamp_ms,
+                          producer_id=producer_id, producer_epoch=epoch)
+
+
+def marker_type(buf: Buffer, pos: int) -> int:
+    """ABORT or COMMIT, of the control batch at ``pos`` (its one record's key); CorruptRecord
+    when it holds no control record."""
+    h = decode_header(buf, pos)
+    body = bytes(memoryview(buf)[pos + HEADER_SIZE:pos + h.size])
+    recs = decode_v2(decompress(h.compression, body) if h.compression else body, h)
+    key = recs[0].key if recs else None
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptRecord(f"control batch at offset {h.base_offset} without a control record")
+    return int(_CONTROL_KEY.unpack_from(key)[1])
+
+
+# -- a partition's transactions -------------------------------------------------------------------
+
+
+DATA, MARKER_ABORT, MARKER_COMMIT = 0, 1, 2
+TxnEvent = tuple[int, int, int]  # (producer id, DATA / MARKER_*, offset)
+
+
+class TxnTable:
+    """A partition's open transactions (producer id -> the first offset it wrote in the open one)
+    and its aborted ones. Rebuilt from the log like broker/idempotence.py's tables (``stored``,
+    ``record``); ``unsaved`` are aborts the rebuild found that the index file lacked."""
+
+    KIND: ClassVar[str] = "transactions"
+
+    def __init__(self, aborted: Iterable[AbortedTxn] = ()) -> None:
+        self.ongoing: dict[int, int] = {}
+        self.aborted: list[AbortedTxn] = sorted(aborted)
+        self._known = {(a.producer_id, a.last_offset) for a in self.aborted}
+        self._ended: dict[int, int] = {}  # producer id -> the offset after its last marker seen
+        self.scan_start = 0
+        self.unsaved: list[AbortedTxn] = []
+
+    def __len__(self) -> int:
+        return len(self.ongoing)
+
+    def check(self, keys: Any) -> tuple[list[bool], Any]:  # the Table protocol; nothing to check
+        return [True] * len(keys), None
+
+    def commit(self, staged: Any) -> None:
+        pass
+
+    @staticmethod
+    def stored(buf: Buffer, pos: int) -> list[tuple[int, TxnEvent]]:
+        h = decode_header(buf, pos)
+        if not h.transactional or h.producer_id < 0:
+            return []
+        if not h.control:
+            return [(h.base_offset, (h.producer_id, DATA, h.base_offset))]
+        kind = MARKER_COMMIT if marker_type(buf, pos) == COMMIT else MARKER_ABORT
+        return [(h.base_offset, (h.producer_id, kind, h.base_offset))]
+
+    def record(self, events: Iterable[TxnEvent]) -> None:
+        for pid, kind, offset in events:
+            if kind == DATA:
+                self.ongoing.setdefault(pid, offset)
+            else:
+                entry = self.end(pid, offset, kind == MARKER_COMMIT)
+                if entry is not None and entry not in self.unsaved:
+                    self.unsaved.append(entry)
+
+    def begin(self, producer_id: int, offset: int) -> None:
+        """``producer_id`` writes at ``offset`` or later in its open transaction."""
+        self.ongoing.setdefault(producer_id, offset)
+
+    def end(self, producer_id: int, marker_offset: int, commit: bool) -> AbortedTxn | None:
+        """The marker at ``marker_offset`` ends the producer's transaction here: the aborted entry
+        to keep when it was an abort (None when already kept, or a commit)."""
+        first = self.ongoing.pop(producer_id, None)
+        if first is None:  # opened before the rebuild's window: after its previous marker
+            first = self._ended.get(producer_id, self.scan_start)
+        self._ended[producer_id] = marker_offset + 1
+        if commit or (producer_id, marker_offset) in self._known:
+            return None
+        entry = AbortedTxn(marker_offset, min(first, marker_offset), producer_id)
+        self._known.add((producer_id, marker_offset))
+        self.aborted.append(entry)
+        return entry
+
+    def stable(self, high_watermark: int) -> int:
+        """The last stable offset: below the first record of any open transaction."""
+        return min(min(self.ongoing.values(), default=high_watermark), high_watermark)
+
+    def aborted_in(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in ``start..end-1`` (what a fetch of that range
+        reports), by first offset."""
+        return sorted((a for a in self.aborted if a.last_offset >= start and a.first_offset < end),
+                      key=lambda a: a.first_offset)
+
+    def forget_before(self, log_start: int) -> None:
+        self.aborted = [a for a in self.aborted if a.last_offset >= log_start]
+
+
+__all__ = ["ABORT", "COMMIT", "TxnTable", "control_batch", "marker_type"]

@@ -1,0 +1,123 @@
+"""Kafka's transaction APIs on the broker's transaction coordinator (broker/transactions.py;
+server/kafka.py dispatches here): AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn.
+InitProducerId with a transactional id, transactional Produce and read_committed Fetch are in
+server/kafka.py with their non-transactional forms.
+
+Served by a single broker only: ApiVersions leaves these out in cluster mode (a client that sees
+no AddPartitionsToTxn refuses transactional use up front), and a request sent anyway is answered
+COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from bayou.broker.groups.coordinator import RTES_POLICY
+from bayou.errors import BayouError
+from bayou.protocols.kafka.codes import ApiKey
+from bayou.server.kafka_context import Fields, Handler, Request, code_of
+
+if TYPE_CHECKING:
+    from bayou.server.kafka import KafkaService
+
+
+def _unserved(svc: KafkaService) -> ErrorCode | None:
+    return ErrorCode.coordinator_not_available if svc.broker.clustered else None
+
+
+async def add_partitions_to_txn(svc: KafkaService, req: Request, body: Any) -> Fields:
+    """v0-v3: one transaction. Every partition gets the one outcome (Kafka adds all or none);
+    a partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION and the others
+    OPERATION_NOT_ATTEMPTED."""
+    topics = body.v3_and_below_topics
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    code = _unserved(svc)
+    failed: set[tuple[str, int]] = set()
+    if code is None:
+        missing = []
+        for name, p in wanted:
+            if not await svc.broker.has_topic(name) or not 0 <= p < svc.broker.partition_count(name):
+                missing.append((name, p))
+        if missing:
+            failed, code = set(missing), ErrorCode.unknown_topic_or_partition
+        else:
+            try:
+                await svc.broker.txn_add_partitions(body.v3_and_below_transactional_id,
+                                                    body.v3_and_below_producer_id,
+                                                    body.v3_and_below_producer_epoch, wanted)
+                code = ErrorCode.none
+            except BayouError as exc:
+                code = code_of(exc)
+
+    def outcome(name: str, p: int) -> ErrorCode:
+        if failed and (name, p) not in failed:
+            return ErrorCode.operation_not_attempted
+        return code if code is not None else ErrorCode.none
+
+    return {"results_by_topic_v3_and_below": [
+        {"name": t.name, "results_by_partition": [
+            {"partition_index": p, "partition_error_code": outcome(t.name, p)} for p in t.partitions]}
+        for t in topics]}
+
+
+async def add_offsets_to_txn(svc: KafkaService, req: Request, body: Any) -> Fields:
+    code = _unserved(svc)
+    if code is None:
+        try:
+            await svc.broker.txn_add_offsets(body.transactional_id, body.producer_id,
+                                             body.producer_epoch, body.group_id)
+            code = ErrorCode.none
+        except BayouError as exc:
+            code = code_of(exc)
+    return {"error_code": code}
+
+
+async def txn_offset_commit(svc: KafkaService, req: Request, body: Any) -> Fields:
+    """Offsets committed for the group when the transaction commits (the group becomes a bayou
+    group of the topic, as a plain OffsetCommit makes it)."""
+    code = _unserved(svc)
+    if code is None:
+        try:
+            offsets: dict[str, dict[int, int]] = {}
+            for t in body.topics:
+                if not await svc.broker.has_topic(t.name):
+                    code = ErrorCode.unknown_topic_or_partition
+                    break
+                for p in t.partitions:
+                    if p.committed_offset < 0:
+                        code = ErrorCode.invalid_commit_offset_size
+                    offsets.setdefault(t.name, {})[p.partition_index] = p.committed_offset
+            if code is None:
+                for name in offsets:
+                    if svc.broker.group_topic(body.group_id) is None:
+                        await svc.broker.register_group(body.group_id, name, RTES_POLICY)
+                await svc.broker.txn_stage_offsets(body.transactional_id, body.producer_id,
+                                                   body.producer_epoch, body.group_id, offsets)
+                code = ErrorCode.none
+        except BayouError as exc:
+            code = code_of(exc)
+    return {"topics": [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
+        for t in body.topics]}
+
+
+async def end_txn(svc: KafkaService, req: Request, body: Any) -> Fields:
+    code = _unserved(svc)
+    if code is None:
+        try:
+            await svc.broker.txn_end(body.transactional_id, body.producer_id, body.producer_epoch,
+                                     body.committed)
+            code = ErrorCode.none
+        except BayouError as exc:
+            code = code_of(exc)
+    return {"error_code": code, "producer_id": -1, "producer_epoch": -1}
+
+
+HANDLERS: dict[ApiKey, Handler] = {
+    ApiKey.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: add_offsets_to_txn,
+    ApiKey.TXN_OFFSET_COMMIT: txn_offset_commit,
+    ApiKey.END_TXN: end_txn,
+}

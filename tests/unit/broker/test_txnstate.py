@@ -1,0 +1,105 @@
+"""A partition's transactions (broker/txnstate.py) and its aborted-transaction index
+(storage/txnindex.py): markers, the last stable offset, what a read_committed fetch lists, the
+rebuild from the log, and readers of other protocols never seeing a marker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bayou.broker.idempotence import rebuild
+from bayou.broker.txnstate import ABORT, COMMIT, TxnTable, control_batch, marker_type
+from bayou.records.batch import (
+    ATTR_FORMAT_SHIFT,
+    Record,
+    decode_header,
+    decode_records,
+    encode_batch,
+    is_control,
+    is_sparse,
+    iter_batches,
+    refresh_crc,
+)
+from bayou.records.tank import FORMAT_TANK
+from bayou.storage.config import LogConfig
+from bayou.storage.log import PartitionLog
+from bayou.storage.txnindex import AbortedIndex, AbortedTxn
+
+
+def txn_batch(*values: bytes, pid: int, seq: int = 0) -> bytes:
+    raw = bytearray(encode_batch([Record(value=v, timestamp=1) for v in values], producer_id=pid,
+                                 producer_epoch=0, base_sequence=seq))
+    raw[22] |= 0x10
+    refresh_crc(raw)
+    return bytes(raw)
+
+
+def test_a_marker_is_a_transactional_control_batch_no_reader_sees_as_a_record() -> None:
+    for commit, kind in ((True, COMMIT), (False, ABORT)):
+        m = control_batch(42, 3, commit, 1000)
+        h = decode_header(m)
+        assert h.control and h.transactional and not h.sparse
+        assert (h.producer_id, h.producer_epoch, h.record_count) == (42, 3, 1)
+        assert marker_type(m, 0) == kind
+        assert decode_records(m) == []
+
+
+def test_the_last_stable_offset_and_aborted_ranges() -> None:
+    t = TxnTable()
+    assert t.stable(10) == 10
+    t.begin(1, 10)
+    t.begin(2, 12)
+    t.begin(1, 15)  # the first offset of the open transaction stays
+    assert t.stable(20) == 10
+    assert t.end(1, 20, commit=True) is None
+    assert t.stable(21) == 12
+    entry = t.end(2, 21, commit=False)
+    assert entry == AbortedTxn(21, 12, 2)
+    assert t.stable(22) == 22
+    assert t.aborted_in(0, 12) == []  # records from 12 on
+    assert t.aborted_in(12, 13) == [entry]
+    assert t.aborted_in(22, 30) == []  # ended before the range
+    assert t.end(2, 21, commit=False) is None  # known already
+
+
+def test_the_table_is_rebuilt_from_the_log_and_the_index(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    log.append(bytearray(txn_batch(b"a", pid=1)))  # 0
+    log.append(bytearray(encode_batch([Record(value=b"plain", timestamp=1)])))  # 1
+    log.append(bytearray(txn_batch(b"b", pid=2)))  # 2
+    log.append(bytearray(control_batch(1, 0, False, 5)))  # 3: 1 aborted
+    log.append(bytearray(txn_batch(b"c", pid=2, seq=1)))  # 4
+    log.append(bytearray(txn_batch(b"d", pid=3)))  # 5
+    log.append(bytearray(control_batch(3, 0, True, 5)))  # 6: 3 committed; 2 still open
+    index = AbortedIndex(log.dir)
+    table = TxnTable(index.load(log.log_start_offset))
+    rebuild(table, log, 0, log.next_offset)
+    assert table.ongoing == {2: 2}
+    assert table.stable(log.next_offset) == 2
+    assert table.aborted_in(0, 7) == [AbortedTxn(3, 0, 1)]
+    assert table.unsaved == [AbortedTxn(3, 0, 1)]  # the index did not have it
+    index.append(table.unsaved)
+    again = TxnTable(index.load(0))
+    rebuild(again, log, 0, log.next_offset)
+    assert again.unsaved == [] and again.aborted_in(0, 7) == [AbortedTxn(3, 0, 1)]
+    # other readers: the records, no marker
+    data = log.read(0, 1 << 20).data
+    assert [r.value for p, _ in iter_batches(data) for r in decode_records(data, p)] == [
+        b"a", b"plain", b"b", b"c", b"d"]
+    log.close()
+
+
+def test_the_index_drops_a_torn_entry_and_entries_before_the_log_start(tmp_path: Path) -> None:
+    index = AbortedIndex(tmp_path)
+    index.append([AbortedTxn(5, 1, 9), AbortedTxn(50, 40, 9)])
+    with open(index.path, "ab") as f:
+        f.write(b"\x00" * 7)  # a crash mid-append
+    assert index.load(0) == [AbortedTxn(5, 1, 9), AbortedTxn(50, 40, 9)]
+    assert index.path.stat().st_size == 48  # rewritten without the torn tail
+    assert index.load(10) == [AbortedTxn(50, 40, 9)]
+
+
+def test_bit_4_is_sparse_only_in_a_tank_batch() -> None:
+    assert is_sparse((FORMAT_TANK << ATTR_FORMAT_SHIFT) | 0x10)
+    assert not is_sparse(0x10)  # format 0: Kafka's transactional bit
+    assert not is_control((FORMAT_TANK << ATTR_FORMAT_SHIFT) | 0x20)
+    assert is_control(0x30)
