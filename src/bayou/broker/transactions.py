@@ -58,6 +58,7 @@ log = logging.getLogger("bayou.broker")
 MAX_TIMEOUT_MS = 15 * 60 * 1000  # Kafka's transaction.max.timeout.ms default
 EXPIRY_CHECK_S = 1.0
 MAX_EPOCH = 32767
+ID_EXPIRY_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms default
 EMPTY, ONGOING = "Empty", "Ongoing"
 PREPARE_COMMIT, PREPARE_ABORT = "PrepareCommit", "PrepareAbort"
 COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
@@ -201,7 +202,7 @@ class Transactions:
                     meta.producer_id, meta.epoch = self.next_producer_id(), 0
                 else:
                     meta.epoch += 1
-            meta.timeout_ms, meta.state = timeout_ms, EMPTY
+            meta.timeout_ms, meta.state, meta.started_ms = timeout_ms, EMPTY, _now_ms()
             meta.partitions, meta.groups, meta.offsets = set(), set(), {}
             self.txns[txn_id] = meta
             self.by_producer[meta.producer_id] = meta
@@ -298,8 +299,19 @@ class Transactions:
                  meta.epoch, "committed" if commit else "aborted")
 
     async def expire(self) -> None:
-        """Abort every open transaction past its timeout, fencing its producer (a new epoch)."""
+        """Abort every open transaction past its timeout, fencing its producer (a new epoch);
+        forget transactional ids unused for ``ID_EXPIRY_MS`` (Kafka's
+        transactional.id.expiration.ms), so the state stays bounded."""
         now = _now_ms()
+        idle = [k for k, m in self.txns.items()
+                if m.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and now - m.started_ms > ID_EXPIRY_MS]
+        if idle:
+            async with self._lock:
+                for k in idle:
+                    meta = self.txns.pop(k, None)
+                    if meta is not None and self.by_producer.get(meta.producer_id) is meta:
+                        del self.by_producer[meta.producer_id]
+                await self._save()
         for meta in list(self.txns.values()):
             if meta.state in (PREPARE_COMMIT, PREPARE_ABORT) or (
                     meta.state == ONGOING and now - meta.started_ms > meta.timeout_ms):
@@ -322,6 +334,7 @@ class Transactions:
         table = part.txn_state.table
         if table is None:
             table = await self.path.rebuilt(part, part.txn_state, self._new_table)
+            table.aborted.sort()  # the rebuild may have found markers older than indexed ones
             if table.unsaved:
                 entries, table.unsaved = table.unsaved, []
                 await asyncio.get_running_loop().run_in_executor(
@@ -370,7 +383,9 @@ class Transactions:
         return (await self.table(part)).stable(high_watermark)
 
     async def aborted(self, part: Partition, start: int, end: int) -> list[AbortedTxn]:
-        return (await self.table(part)).aborted_in(start, end)
+        table = await self.table(part)
+        table.forget_before(part.log.log_start_offset)
+        return table.aborted_in(start, end)
 
     def forget_partition_data(self, part: Partition) -> None:
         part.txn_state.reset()

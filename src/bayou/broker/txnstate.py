@@ -7,6 +7,7 @@ storage/txnindex.py.
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -130,12 +131,16 @@ class TxnTable:
 
     def aborted_in(self, start: int, end: int) -> list[AbortedTxn]:
         """Aborted transactions with records in ``start..end-1`` (what a fetch of that range
-        reports), by first offset."""
-        return sorted((a for a in self.aborted if a.last_offset >= start and a.first_offset < end),
-                      key=lambda a: a.first_offset)
+        reports), by first offset. ``aborted`` is in marker order: the ones ending before
+        ``start`` are skipped by bisection."""
+        i = bisect.bisect_left(self.aborted, start, key=lambda a: a.last_offset)
+        return sorted((a for a in self.aborted[i:] if a.first_offset < end), key=lambda a: a.first_offset)
 
     def forget_before(self, log_start: int) -> None:
-        self.aborted = [a for a in self.aborted if a.last_offset >= log_start]
+        """Drop the aborted transactions that ended before ``log_start`` (retention deleted them)."""
+        i = bisect.bisect_left(self.aborted, log_start, key=lambda a: a.last_offset)
+        if i:
+            del self.aborted[:i]
 
 
 __all__ = ["ABORT", "COMMIT", "TxnTable", "control_batch", "marker_type"]

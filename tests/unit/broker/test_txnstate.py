@@ -59,6 +59,11 @@ def test_the_last_stable_offset_and_aborted_ranges() -> None:
     assert t.aborted_in(12, 13) == [entry]
     assert t.aborted_in(22, 30) == []  # ended before the range
     assert t.end(2, 21, commit=False) is None  # known already
+    t.begin(5, 30)
+    later = t.end(5, 31, commit=False)
+    t.forget_before(25)  # retention moved the log start past the first abort
+    assert t.aborted == [later]
+    assert t.aborted_in(0, 100) == [later]
 
 
 def test_the_table_is_rebuilt_from_the_log_and_the_index(tmp_path: Path) -> None:
