@@ -51,8 +51,9 @@ async def create(c: KafkaConn, topic: str, partitions: int = 1, **config: str) -
 
 async def produce(c: KafkaConn, topic: str, records: bytes, partition: int = 0, acks: int = -1,
                   transactional_id: str | None = None) -> Any:
-    resp = await c.call(ApiKey.PRODUCE, acks=acks, timeout=5000, transactional_id=transactional_id, topic_data=[
-        {"name": topic, "partition_data": [{"index": partition, "records": records}]}])
+    resp = await c.call(ApiKey.PRODUCE, acks=acks, timeout=5000, transactional_id=transactional_id,
+                        topic_data=[{"name": topic,
+                                     "partition_data": [{"index": partition, "records": records}]}])
     return resp.responses[0].partition_responses[0]
 
 
