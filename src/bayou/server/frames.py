@@ -68,6 +68,18 @@ def _never() -> bool:
     return False
 
 
+async def _write(writer: asyncio.StreamWriter, reply: Reply) -> None:
+    """Write one frame's reply and drain it (back-pressure: a peer that does not read stops us)."""
+    if reply is None:
+        return
+    if isinstance(reply, list):
+        for piece in reply:
+            writer.write(piece)
+    else:
+        writer.write(reply)
+    await writer.drain()
+
+
 MAX_PIPELINED = 64  # frames of one connection in flight at once (served, reply not yet written)
 
 
@@ -105,14 +117,7 @@ async def serve_frames(conn: Connection, listener: Listener, reader: Framing[F],
             for frame in frames:
                 conn.busy += 1
                 try:
-                    reply = await handle(frame)
-                    if reply is not None:
-                        if isinstance(reply, list):
-                            for piece in reply:
-                                writer.write(piece)
-                        else:
-                            writer.write(reply)
-                        await writer.drain()
+                    await _write(writer, await handle(frame))
                 finally:
                     conn.busy -= 1
                 if done():
@@ -239,13 +244,7 @@ class _Pipeline(Generic[F, E]):
                         self.closed = True
                         await self.refuse(exc)
                         return
-                    if reply is not None:
-                        if isinstance(reply, list):
-                            for piece in reply:
-                                out.write(piece)
-                        else:
-                            out.write(reply)
-                        await out.drain()
+                    await _write(out, reply)
                 finally:
                     self.queue.popleft()
                     self.conn.busy -= 1
