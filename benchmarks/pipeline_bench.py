@@ -146,10 +146,12 @@ class Cursus(Proto):
         await _sized(r)
 
     def request(self, i: int) -> bytes:
-        return cursus_frame(f"PUBLISH topic={TOPIC} partition=0 acks=1 message={VALUE.decode()}".encode())
+        return cursus_frame(f"PUBLISH topic={TOPIC} acks=1 producerId=bench message={VALUE.decode()}".encode())
 
     async def reply(self, r: asyncio.StreamReader) -> None:
-        await _sized(r)
+        body = await _sized(r)
+        if body.startswith(b"ERROR"):
+            raise SystemExit(f"Cursus refused: {body[:200]!r}")
 
 
 class Tank(Proto):
