@@ -239,7 +239,7 @@ class _Pipeline(Generic[F, E]):
                 task = self.queue[0]
                 try:
                     try:
-                        reply = await asyncio.shield(task)
+                        reply = await task  # (this task is cancelled only with the frames)
                     except self.error as exc:
                         self.closed = True
                         await self.refuse(exc)

@@ -568,7 +568,8 @@ def kafka_handler(service: KafkaService, advertised: Callable[[Listener], Advert
 
         await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_REQUEST_SIZE)),
                            handle, error=KafkaError, refuse=refuse, first=first,
-                           done=lambda: session.close, pipeline=is_produce)
+                           done=lambda: session.close,
+                           pipeline=is_produce if service.broker.produce_waits() else None)
 
     return serve
 

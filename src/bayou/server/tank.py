@@ -498,7 +498,8 @@ def tank_handler(service: TankService) -> Callable[[Connection, Listener], Await
         try:
             # a connection that never sends a request is closed after idle_timeout_s (TANK: 16 s)
             await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_PAYLOAD)), handle,
-                               error=TankError, refuse=refuse, pipeline=_produces)
+                               error=TankError, refuse=refuse,
+                               pipeline=_produces if service.broker.produce_waits() else None)
         finally:
             for task in list(c.polls):
                 task.cancel()

@@ -171,7 +171,7 @@ def cursus_handler(service: CursusService) -> Callable[[Connection, Listener], A
 
         await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_FRAME)), handle,
                            error=CursusError, refuse=refuse, done=lambda: state.streaming,
-                           pipeline=only_appends)
+                           pipeline=only_appends if service.broker.produce_waits() else None)
     return serve
 
 

@@ -426,7 +426,8 @@ async def _serve(service: IggyService, s: Session, conn: Connection, listener: L
     guard()
     frames: Framing[LegacyFrame | VsrFrame] = reader
     await serve_frames(conn, listener, frames, handle, error=IggyError, refuse=refuse,
-                       done=lambda: s.close_after_reply, first=first, pipeline=_sends)
+                       done=lambda: s.close_after_reply, first=first,
+                       pipeline=_sends if service.broker.produce_waits() else None)
 
 
 __all__ = ["IggyService", "Session", "iggy_handler"]
