@@ -22,9 +22,7 @@ table rebuilt after a restart) while another has already appended.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-from collections.abc import Iterator
 
 
 class Ordered:
@@ -92,24 +90,30 @@ def skip(n: int) -> None:
             r.release()
 
 
-@contextlib.contextmanager
-def slot() -> Iterator[None]:
+class slot:
     """One of the appends ``expect`` counted (enter it before the first await): its ``begin`` is
-    the counted one; a slot left without an append gives its count back."""
-    r = _REQUEST.get()
-    if r is None:
-        yield
-        return
-    if r.expected > 0:
-        r.expected -= 1
-    else:
-        r.outstanding += 1
-    s = _Slot()
-    token = _SLOT.set(s)
-    try:
-        yield
-    finally:
-        _SLOT.reset(token)
+    the counted one; a slot left without an append gives its count back. Nothing outside a
+    pipelining connection's request."""
+
+    __slots__ = ("_slot", "_token")
+
+    def __enter__(self) -> None:
+        r = _REQUEST.get()
+        if r is None:
+            self._slot = None
+            return
+        if r.expected > 0:
+            r.expected -= 1
+        else:
+            r.outstanding += 1
+        self._slot = _Slot()
+        self._token = _SLOT.set(self._slot)
+
+    def __exit__(self, *exc: object) -> None:
+        s = self._slot
+        if s is None:
+            return
+        _SLOT.reset(self._token)
         if not s.claimed:
             appended()
 

@@ -50,6 +50,7 @@ from bayou.protocols.kafka.codes import (
     ApiKey,
     VersionRange,
 )
+from bayou.protocols.kafka.fast import encode_produce_response
 from bayou.protocols.kafka.framing import MAX_REQUEST_SIZE, FrameReader, KafkaError
 from bayou.protocols.kafka.records import check_produced, for_kafka
 from bayou.protocols.scram import ScramExchange, ScramFailure
@@ -134,6 +135,10 @@ class KafkaService:
             self.meter.record(name, started, failed)
         if fields is None:
             return None
+        if header.api_key == ApiKey.PRODUCE and fields.keys() == {"responses"}:
+            fast = encode_produce_response(header.api_version, header.correlation_id, fields["responses"])
+            if fast is not None:
+                return fast
         body = build(codec.response_schema(header.api_key, header.api_version), **fields)
         return codec.encode_response(header, body)
 
@@ -268,7 +273,8 @@ async def produce(svc: KafkaService, req: Request, body: Any) -> Fields | None:
     jobs = [[_produce_partition(svc, t.name, p.index, p.records, acks, body.transactional_id)
              for p in t.partition_data]
             for t in body.topic_data]
-    flat = await asyncio.gather(*(j for row in jobs for j in row))
+    all_jobs = [j for row in jobs for j in row]
+    flat = [await all_jobs[0]] if len(all_jobs) == 1 else await asyncio.gather(*all_jobs)
     if acks == Acks.NONE:
         return None
     it = iter(flat)
