@@ -47,11 +47,11 @@ async def test_flush_loop_survives_fsync_errors(tmp_path: Path, monkeypatch: pyt
         real_sync = Segment.sync
         calls = {"n": 0}
 
-        def failing_sync(self: Segment) -> None:
+        def failing_sync(self: Segment, *, indexes: bool = True) -> None:
             calls["n"] += 1
             if calls["n"] <= 3:
                 raise OSError(errno.EIO, "injected I/O error")
-            real_sync(self)
+            real_sync(self, indexes=indexes)
 
         monkeypatch.setattr(Segment, "sync", failing_sync)
         with caplog.at_level(logging.ERROR, logger="bayou.broker"):

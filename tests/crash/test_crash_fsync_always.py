@@ -4,13 +4,15 @@ serves a torn or corrupt record after recovering.
 
 Ten rounds: four producer threads write unique values while the broker is killed at a random moment;
 the broker restarts on the same data directory and port; the whole log is then read back and checked
-against everything that was acknowledged so far.
+against everything that was acknowledged so far. The same with producers that pipeline (windows of
+PRODUCE lines on one connection, served as they arrive and sharing fsyncs, server/frames.py).
 """
 
 from __future__ import annotations
 
 import random
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -65,6 +67,43 @@ def producer(port: int, rnd: int, tid: int, ledger: Ledger, stop: threading.Even
         return
 
 
+PRODUCED_RE = re.compile(rb"V1\|(?P<cid>[^|]+)\|OK\|partition=(?P<p>\d+) offset=(?P<o>\d+) hw=-?\d+\Z")
+WINDOW = 32
+
+
+def pipelining_producer(port: int, rnd: int, tid: int, ledger: Ledger, stop: threading.Event) -> None:
+    """Windows of ``WINDOW`` PRODUCE lines written at once on one connection, their replies read as
+    they come (in order); each acknowledged value recorded with the offset its reply names."""
+    n = 0
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            lines = sock.makefile("rb")
+            while not stop.is_set():
+                window = []
+                for _ in range(WINDOW):
+                    value = f"r{rnd}-t{tid}-{n}"
+                    window.append((f"c{n}", value, f"key{(tid * 7 + n) % 23}"))
+                    n += 1
+                with ledger.lock:
+                    ledger.sent.update(v for _c, v, _k in window)
+                sock.sendall(b"".join(f"V1|{c}|PRODUCE|{TOPIC} {k}:{v}\n".encode() for c, v, k in window))
+                for cid, value, _k in window:
+                    raw = lines.readline()
+                    if not raw.endswith(b"\n"):
+                        return  # the broker was killed
+                    m = PRODUCED_RE.match(raw.rstrip(b"\n"))
+                    with ledger.lock:
+                        if m is None or m["cid"].decode() != cid:
+                            ledger.errors.append(f"{value}: reply {raw[:200]!r}")
+                            return
+                        key = (int(m["p"]), int(m["o"]))
+                        prev = ledger.acked.setdefault(key, value)
+                        if prev != value:
+                            ledger.errors.append(f"offset {key} acknowledged twice: {prev} and {value}")
+    except OSError:
+        return
+
+
 def read_partition(client: RtesClient, partition: int) -> tuple[list[tuple[int, str]], int]:
     """Every record of one partition, in CONSUME-sized steps; each reply must parse strictly."""
     out: list[tuple[int, str]] = []
@@ -116,7 +155,8 @@ def verify(port: int, ledger: Ledger, when: str) -> int:
     return total
 
 
-def test_acknowledged_records_survive_sigkill(tmp_path: Path) -> None:
+@pytest.mark.parametrize("produce", [producer, pipelining_producer], ids=["one-by-one", "pipelined"])
+def test_acknowledged_records_survive_sigkill(tmp_path: Path, produce: object) -> None:
     rng = random.Random(20240601)
     data = tmp_path / "data"
     broker = BrokerProcess(data, fsync="always").start()
@@ -125,7 +165,7 @@ def test_acknowledged_records_survive_sigkill(tmp_path: Path) -> None:
     try:
         for rnd in range(ROUNDS):
             stop = threading.Event()
-            threads = [threading.Thread(target=producer, args=(broker.port, rnd, t, ledger, stop),
+            threads = [threading.Thread(target=produce, args=(broker.port, rnd, t, ledger, stop),
                                         daemon=True) for t in range(THREADS)]
             for t in threads:
                 t.start()

@@ -434,6 +434,14 @@ class Broker:
         """``name`` if it is a valid topic name; raises InvalidTopicName (storage's rule)."""
         return validate_topic_name(name)
 
+    def produce_waits(self) -> bool:
+        """Whether a produce may wait after its append (an fsync under fsync=always, on the
+        broker or on any topic; the replicas in cluster mode): then a connection pipelines its
+        produce requests (server/frames.py). Otherwise every produce is answered at its append,
+        and pipelining would add work and win nothing."""
+        return (self.config.log.fsync.mode == "always" or self.clustered
+                or any(t.log_config.fsync.mode == "always" for t in list(self.topics.values())))
+
     def topic_config(self, topic: str) -> MappingProxyType[str, str]:
         """The topic's configuration overrides (bayou keys), read-only."""
         return MappingProxyType(self.topic(topic).meta.config)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bayou.broker import ordering
 from bayou.broker.context import BrokerContext
 from bayou.broker.idempotence import (
     DEFAULT_MAX_PRODUCERS,
@@ -79,23 +80,28 @@ class ProducePath:
         gets the batch through this one (for clients that cannot follow a redirect) instead of
         NotLeader.
         """
-        self.ctx.authorize("send", topic)
-        if self.ctx.closing:
-            raise BrokerShuttingDown()
-        t = await self.admin.ensure_topic(topic) if create else await self.ctx.ready_topic(topic, partition)
-        if not 0 <= partition < len(t.partitions):
-            raise UnknownPartition(f"topic {topic} has no partition {partition}")
-        part = t.partitions[partition]
-        if forward and self._led_elsewhere(part):
-            return await self.ctx.topology.forward_produce(topic, partition, bytes(batch), acks)
-        await self._await_leadership(part)
-        self.ctx.check_leader(part)
-        self._check_insync(part, acks)
-        if stamp is None:
-            info = part.log.append(batch, at_offset=at_offset, leader_epoch=self._epoch(part))
-        else:
-            info = part.log.append(batch, verify_crc=False, stamp=stamp, at_offset=at_offset,
-                                   leader_epoch=self._epoch(part))
+        ordering.begin()
+        try:
+            self.ctx.authorize("send", topic)
+            if self.ctx.closing:
+                raise BrokerShuttingDown()
+            t = (await self.admin.ensure_topic(topic) if create
+                 else await self.ctx.ready_topic(topic, partition))
+            if not 0 <= partition < len(t.partitions):
+                raise UnknownPartition(f"topic {topic} has no partition {partition}")
+            part = t.partitions[partition]
+            if forward and self._led_elsewhere(part):
+                return await self.ctx.topology.forward_produce(topic, partition, bytes(batch), acks)
+            await self._await_leadership(part)
+            self.ctx.check_leader(part)
+            self._check_insync(part, acks)
+            if stamp is None:
+                info = part.log.append(batch, at_offset=at_offset, leader_epoch=self._epoch(part))
+            else:
+                info = part.log.append(batch, verify_crc=False, stamp=stamp, at_offset=at_offset,
+                                       leader_epoch=self._epoch(part))
+        finally:
+            ordering.appended()  # appended, refused or forwarded: the next request may go on
         return await self._acknowledge(part, info, acks)
 
     async def _acknowledge(self, part: Partition, info: AppendInfo, acks: Acks) -> ProduceResult:
@@ -135,6 +141,7 @@ class ProducePath:
             count = ids.count if isinstance(ids, IdRun) else len(ids)
             return await self.ctx.topology.forward_produce(topic, partition, build([True] * count), acks,
                                                            deduplicate=True)
+        ordering.begin()
         return await self._append_checked(part, part.dedup_state, self._new_dedup_table, ids,
                                           lambda keep: (build(keep), None), acks)
 
@@ -153,6 +160,7 @@ class ProducePath:
         if self.ctx.closing:
             raise BrokerShuttingDown()
         part = await self.ctx.ready_partition(topic, partition)
+        ordering.begin()
         return await self._append_checked(part, part.producer_state, self._new_producer_table,
                                           producers, build, acks)
 
@@ -170,20 +178,26 @@ class ProducePath:
         log end: ``base_offset`` = the next offset, ``last_offset`` = ``base_offset - 1``; under
         fsync=always it is returned once the log is durable up to there (the replayed originals
         may still have been waiting for their fsync)."""
-        await self._await_leadership(part)
-        table = slot.table
-        if table is None:
-            table = await self._rebuilt(part, slot, new)
-        self.ctx.check_leader(part)
-        self._check_insync(part, acks)
-        keep, staged = table.check(keys)
-        if any(keep):
-            batch, stamp = build(keep)
-            if stamp is None:
-                info = part.log.append(batch, leader_epoch=self._epoch(part))
-            else:
-                info = part.log.append(batch, verify_crc=False, stamp=stamp, leader_epoch=self._epoch(part))
-            table.commit(staged)
+        try:  # the caller's ``ordering.begin`` ends here (see produce)
+            await self._await_leadership(part)
+            table = slot.table
+            if table is None:
+                table = await self._rebuilt(part, slot, new)
+            self.ctx.check_leader(part)
+            self._check_insync(part, acks)
+            keep, staged = table.check(keys)
+            info = None
+            if any(keep):
+                batch, stamp = build(keep)
+                if stamp is None:
+                    info = part.log.append(batch, leader_epoch=self._epoch(part))
+                else:
+                    info = part.log.append(batch, verify_crc=False, stamp=stamp,
+                                           leader_epoch=self._epoch(part))
+                table.commit(staged)
+        finally:
+            ordering.appended()
+        if info is not None:
             return await self._acknowledge(part, info, acks)
         end = part.log.next_offset
         if part.log.config.fsync.mode == "always" and part.log.durable_offset < end:

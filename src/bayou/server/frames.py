@@ -15,6 +15,16 @@ applied in one place, by construction:
 * **Order and back-pressure.** Frames are served strictly in arrival order, each reply written
   and drained before the next frame is served: a client that pipelines and does not read cannot
   make the server buffer every reply of one read.
+* **Pipelining** (``pipeline``: the protocol's test of a frame that only appends, its produce
+  request). Such a frame is served as soon as the one before it is *released*
+  (broker/ordering.py): it has made every append it began and only waits for the fsync or the
+  replicas, or it has ended. Every other frame waits until the ones before it have ended, so it
+  sees what they did (a fetch behind a produce reads it). Appends keep the arrival order, the
+  waits of produce requests overlap (one connection's fsyncs are shared as different
+  connections' are), and replies are still written in arrival order, by one writer task. At most
+  ``MAX_PIPELINED`` frames are in flight: past that the loop reads nothing more until the oldest
+  reply is written. ``done`` is asked when a frame ends before any later one has started (a
+  released frame, one that appended, is not asked: no protocol ends a connection after a produce).
 * **Stalled readers.** A reader that has more to say without new bytes (``stalled``: a frame
   deferred behind a login, or an error found behind frames already returned) is fed ``b""``
   before the loop reads on, so a bad header is answered as soon as the frames before it are.
@@ -25,9 +35,12 @@ place that knows the command's name; TLS and admission are the listener's (serve
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
+from bayou.broker.ordering import Ordered, serving
 from bayou.server.base import Connection, Listener
 
 F = TypeVar("F")
@@ -55,10 +68,26 @@ def _never() -> bool:
     return False
 
 
+async def _write(writer: asyncio.StreamWriter, reply: Reply) -> None:
+    """Write one frame's reply and drain it (back-pressure: a peer that does not read stops us)."""
+    if reply is None:
+        return
+    if isinstance(reply, list):
+        for piece in reply:
+            writer.write(piece)
+    else:
+        writer.write(reply)
+    await writer.drain()
+
+
+MAX_PIPELINED = 64  # frames of one connection in flight at once (served, reply not yet written)
+
+
 async def serve_frames(conn: Connection, listener: Listener, reader: Framing[F],
                        handle: Callable[[F], Awaitable[Reply]], *, error: type[E],
                        refuse: Callable[[E], Awaitable[None]], done: Callable[[], bool] = _never,
-                       first: bytes = b"", last: Callable[[], F | None] | None = None) -> None:
+                       first: bytes = b"", last: Callable[[], F | None] | None = None,
+                       pipeline: Callable[[F], bool] | None = None) -> None:
     """Serve ``conn`` until the peer closes, the listener drains, or the stream goes bad.
 
     ``handle`` serves one frame and returns its reply (see ``Reply``); it may raise ``error`` to
@@ -67,7 +96,13 @@ async def serve_frames(conn: Connection, listener: Listener, reader: Framing[F],
     that the connection ends here (Iggy's close-after-reply, a Cursus stream that owned it).
     ``first`` is bytes already read (Iggy's dialect detection); ``last`` gives the frame that the
     end of the stream completes, if the protocol has one (V1's unterminated last line).
+    ``pipeline``: which frames only append, and may be served as soon as the one before them is
+    released rather than once it is answered (see the module docstring).
     """
+    if pipeline is not None:
+        await _Pipeline[F, E](conn, listener, reader, handle, error, refuse, done, last,
+                              pipeline).run(first)
+        return
     writer = conn.writer
     data = first
     at_eof = False
@@ -82,14 +117,7 @@ async def serve_frames(conn: Connection, listener: Listener, reader: Framing[F],
             for frame in frames:
                 conn.busy += 1
                 try:
-                    reply = await handle(frame)
-                    if reply is not None:
-                        if isinstance(reply, list):
-                            for piece in reply:
-                                writer.write(piece)
-                        else:
-                            writer.write(reply)
-                        await writer.drain()
+                    await _write(writer, await handle(frame))
                 finally:
                     conn.busy -= 1
                 if done():
@@ -109,4 +137,131 @@ async def serve_frames(conn: Connection, listener: Listener, reader: Framing[F],
             at_eof = True
 
 
-__all__ = ["Framing", "Reply", "serve_frames"]
+class _Pipeline(Generic[F, E]):
+    """``serve_frames`` with pipelining: this task reads and starts frames, ``_write`` writes their
+    replies in order."""
+
+    def __init__(self, conn: Connection, listener: Listener, reader: Framing[F],
+                 handle: Callable[[F], Awaitable[Reply]], error: type[E],
+                 refuse: Callable[[E], Awaitable[None]], done: Callable[[], bool],
+                 last: Callable[[], F | None] | None, appends_only: Callable[[F], bool]) -> None:
+        self.conn, self.listener, self.reader, self.handle = conn, listener, reader, handle
+        self.appends_only = appends_only
+        self.error, self.refuse, self.done, self.last = error, refuse, done, last
+        self.queue: deque[asyncio.Task[Reply]] = deque()
+        self.changed = asyncio.Event()  # a frame queued, a reply written, or the writer ended
+        self.closed = False  # the writer ended the connection (``done``, an error)
+        self.ending: set[asyncio.Task[Reply]] = set()  # frames after whose reply ``done`` held
+        self.reading = True
+
+    async def run(self, data: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        writer = loop.create_task(self._write())
+        at_eof = False
+        try:
+            while not self.closed:
+                try:
+                    if at_eof:
+                        final = self.last() if self.last is not None else None
+                        frames: Sequence[F] = [] if final is None else [final]
+                    else:
+                        frames = self.reader.feed(data)
+                except self.error as exc:
+                    await self._finish(writer)  # the replies before it first
+                    if not self.closed:
+                        await self.refuse(exc)
+                    return
+                for frame in frames:
+                    while len(self.queue) >= MAX_PIPELINED and not self.closed:
+                        self.changed.clear()
+                        await self.changed.wait()
+                    if self.closed:
+                        break
+                    if not self.appends_only(frame):  # after every frame before it has ended
+                        running = [t for t in self.queue if not t.done()]
+                        if running:
+                            await asyncio.wait(running)
+                    task = await self._start(loop, frame)
+                    if task in self.ending:  # it ends the connection: read no further
+                        break
+                else:
+                    if not (at_eof or self.listener.draining or self.closed):
+                        if self.reader.stalled:
+                            data = b""
+                            continue
+                        data = await self.conn.read(self.reader.pending)
+                        if not data:
+                            if self.last is None:
+                                break
+                            at_eof = True
+                        continue
+                break
+            await self._finish(writer)
+        finally:
+            writer.cancel()
+            for task in self.queue:
+                task.cancel()
+
+    async def _start(self, loop: asyncio.AbstractEventLoop, frame: F) -> asyncio.Task[Reply]:
+        """Serve ``frame`` in a task of its own; return it once it is released or done."""
+        self.conn.busy += 1
+        request = Ordered(loop.create_future())
+        task: asyncio.Task[Reply] = loop.create_task(self.handle(frame),  # type: ignore[arg-type]
+                                                     context=serving(request))
+        task.add_done_callback(lambda _t: request.release())
+        self.queue.append(task)
+        self.changed.set()
+        await request.released
+        if task.done() and self.done():
+            # ``done`` is the state the newest frame left: a frame that ran to its end while no
+            # later one had started ends the connection after its reply. (A released frame, one
+            # that appended, never does: no protocol's ``done`` follows a produce.)
+            self.ending.add(task)
+        return task
+
+    async def _finish(self, writer: asyncio.Task[None]) -> None:
+        """No more frames: let the writer write what is queued, then end."""
+        self.reading = False
+        self.changed.set()
+        await asyncio.shield(writer)
+
+    async def _write(self) -> None:
+        """The replies, in arrival order; ends the connection on ``error`` or ``done``."""
+        out = self.conn.writer
+        try:
+            while True:
+                if not self.queue:
+                    if not self.reading:
+                        return
+                    self.changed.clear()
+                    await self.changed.wait()
+                    continue
+                task = self.queue[0]
+                try:
+                    try:
+                        reply = await task  # (this task is cancelled only with the frames)
+                    except self.error as exc:
+                        self.closed = True
+                        await self.refuse(exc)
+                        return
+                    await _write(out, reply)
+                finally:
+                    self.queue.popleft()
+                    self.conn.busy -= 1
+                    self.changed.set()
+                if task in self.ending:
+                    self.closed = True
+                    return
+        except BaseException:
+            self.closed = True
+            raise
+        finally:
+            if self.closed:
+                for task in self.queue:
+                    task.cancel()
+                if self.reading:
+                    out.close()  # the reader, waiting for bytes, sees the end and stops
+            self.changed.set()
+
+
+__all__ = ["MAX_PIPELINED", "Framing", "Reply", "serve_frames"]

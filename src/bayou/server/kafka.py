@@ -3,8 +3,10 @@
 Requests are decoded by the sans-IO codec (``bayou.protocols.kafka``: kio's schemas behind a
 bounds guard) and dispatched through one table keyed by API key (``HANDLERS``); each handler
 returns its response's fields by name, built for whatever version the client sent
-(``protocols/kafka/build.py``), and calls only the broker's facade. Requests are answered strictly
-in arrival order on the shared serve loop (server/frames.py), which Kafka requires of a broker
+(``protocols/kafka/build.py``), and calls only the broker's facade. Requests are pipelined on the
+shared serve loop (server/frames.py): each starts once the one before it has made its appends
+(so a producer's batches are stored in the order sent) and waits only for the fsync or the
+replicas, and responses are written strictly in arrival order, which Kafka requires of a broker
 (clients match responses to requests by order as well as by correlation id).
 
 The data path (this module): ApiVersions, Metadata, Produce, Fetch, ListOffsets,
@@ -27,7 +29,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from bayou.broker import Broker
+from bayou.broker import Broker, ordering
 from bayou.broker.authz import Principal, current_caller
 from bayou.broker.broker import Acks
 from bayou.errors import (
@@ -48,6 +50,7 @@ from bayou.protocols.kafka.codes import (
     ApiKey,
     VersionRange,
 )
+from bayou.protocols.kafka.fast import encode_produce_response
 from bayou.protocols.kafka.framing import MAX_REQUEST_SIZE, FrameReader, KafkaError
 from bayou.protocols.kafka.records import check_produced, for_kafka
 from bayou.protocols.scram import ScramExchange, ScramFailure
@@ -132,6 +135,10 @@ class KafkaService:
             self.meter.record(name, started, failed)
         if fields is None:
             return None
+        if header.api_key == ApiKey.PRODUCE and fields.keys() == {"responses"}:
+            fast = encode_produce_response(header.api_version, header.correlation_id, fields["responses"])
+            if fast is not None:
+                return fast
         body = build(codec.response_schema(header.api_key, header.api_version), **fields)
         return codec.encode_response(header, body)
 
@@ -206,6 +213,12 @@ async def metadata(svc: KafkaService, req: Request, body: Any) -> Fields:
 
 async def _produce_partition(svc: KafkaService, topic: str, index: int, records: bytes | None,
                              acks: Acks, transactional_id: str | None) -> Fields:
+    with ordering.slot():  # the request is released once every partition has appended
+        return await _append_partition(svc, topic, index, records, acks, transactional_id)
+
+
+async def _append_partition(svc: KafkaService, topic: str, index: int, records: bytes | None,
+                            acks: Acks, transactional_id: str | None) -> Fields:
     broker = svc.broker
     entry: Fields = {"index": index, "base_offset": -1, "log_append_time": None,
                      "log_start_offset": -1}
@@ -256,10 +269,12 @@ async def produce(svc: KafkaService, req: Request, body: Any) -> Fields | None:
             {"index": p.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1,
              "log_start_offset": -1} for p in t.partition_data]} for t in body.topic_data]}
     # every partition's append starts before any waits (fsync, acks=all): they share group commits
+    ordering.expect(sum(len(t.partition_data) for t in body.topic_data))
     jobs = [[_produce_partition(svc, t.name, p.index, p.records, acks, body.transactional_id)
              for p in t.partition_data]
             for t in body.topic_data]
-    flat = await asyncio.gather(*(j for row in jobs for j in row))
+    all_jobs = [j for row in jobs for j in row]
+    flat = [await all_jobs[0]] if len(all_jobs) == 1 else await asyncio.gather(*all_jobs)
     if acks == Acks.NONE:
         return None
     it = iter(flat)
@@ -537,6 +552,12 @@ HANDLERS: dict[ApiKey, Handler] = {
 """The one dispatch table: API key -> handler (STYLE habit 5)."""
 
 
+def is_produce(frame: bytes) -> bool:
+    """A Produce request (API key 0, the header's first field): the one request a pipelining
+    connection serves before those ahead of it are answered (server/frames.py)."""
+    return frame[:2] == b"\0\0"
+
+
 def kafka_handler(service: KafkaService, advertised: Callable[[Listener], Advertised]
                   ) -> Callable[..., Awaitable[None]]:
     """The connection handler of a Kafka listener; ``first`` is bytes already read (the V1
@@ -553,7 +574,8 @@ def kafka_handler(service: KafkaService, advertised: Callable[[Listener], Advert
 
         await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_REQUEST_SIZE)),
                            handle, error=KafkaError, refuse=refuse, first=first,
-                           done=lambda: session.close)
+                           done=lambda: session.close,
+                           pipeline=is_produce if service.broker.produce_waits() else None)
 
     return serve
 

@@ -390,8 +390,10 @@ def rtes_handler(service: RtesService) -> Callable[..., Awaitable[None]]:
     async def serve(conn: Connection, listener: Listener, first: bytes = b"") -> None:
         # ``first``: bytes the V1 port's first-byte sniff already read (server/app.py).
         # Strictly in order: each request is answered (and drained: a client that pipelines and
-        # does not read must not make the server buffer every reply) before the next one starts
-        # (rtes.md 11.1), so its reply reflects exactly the state it produced.
+        # does not read must not make the server buffer every reply) before the next one starts,
+        # so its reply reflects exactly the state it produced: a PRODUCE's hw is the one it left
+        # (rtes.md's vectors pin it for lines pipelined on one connection), which overlapping
+        # produces would move (server/frames.py's pipelining is not used here).
         reader = _Lines()
 
         async def refuse(_exc: LineTooLong) -> None:

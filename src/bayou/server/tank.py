@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bayou.broker import Broker
+from bayou.broker import Broker, ordering
 from bayou.broker.authz import Action
 from bayou.errors import BayouError, NotLeader, OffsetOutOfRange, StorageError, Unauthorized
 from bayou.protocols.tank import codec
@@ -31,6 +31,7 @@ from bayou.protocols.tank import messages as m
 from bayou.protocols.tank.codes import (
     ConsumeFlag,
     CreateTopicError,
+    MsgId,
     PartitionFault,
     ProduceError,
     ReloadConfError,
@@ -173,21 +174,28 @@ class TankService:
 
     async def _produce(self, c: TankConnection, req: m.Produce) -> None:
         results: list[m.ProduceTopicResult] = []
+        # a pipelining connection serves the next request once every entry has appended
+        ordering.expect(sum(len(t.entries) for t in req.topics))
+
+        async def entry(topic: str, e: m.ProduceEntry) -> int | m.Endpoint:
+            with ordering.slot():
+                return await produce_bundle(self.broker, topic, e.partition, e.bundle,
+                                            e.base_seq if req.with_seqnum else None, req.required_acks)
+
         for topic in req.topics:
             if not self._may("send", topic.name):  # tank-cli: the "not allowed" fault, exit 1
+                ordering.skip(len(topic.entries))
                 results.append(m.ProduceTopicResult(topic_error=ProduceError.READ_ONLY) if topic.entries
                                else m.ProduceTopicResult())
                 continue
             if not await self.broker.has_topic(topic.name):
+                ordering.skip(len(topic.entries))
                 results.append(m.ProduceTopicResult(topic_error=ProduceError.UNKNOWN_TOPIC) if topic.entries
                                else m.ProduceTopicResult())
                 continue
             # Each append happens, in request order, before its coroutine first waits (for the
             # fsync under fsync=always), so the entries of one request share group commits.
-            outcomes = await asyncio.gather(*(
-                produce_bundle(self.broker, topic.name, e.partition, e.bundle,
-                               e.base_seq if req.with_seqnum else None, req.required_acks)
-                for e in topic.entries))
+            outcomes = await asyncio.gather(*(entry(topic.name, e) for e in topic.entries))
             errors = tuple(ProduceError.OTHER_LEADER if isinstance(o, m.Endpoint) else o for o in outcomes)
             leaders = tuple(o for o in outcomes if isinstance(o, m.Endpoint))
             results.append(m.ProduceTopicResult(errors=errors, leaders=leaders))
@@ -468,6 +476,12 @@ async def _send_chunk(writer: asyncio.StreamWriter, ch: Chunk) -> None:
             writer.write(piece)
 
 
+def _produces(frame: Frame) -> bool:
+    """A produce (with or without sequence numbers): what a pipelining connection serves before
+    the requests ahead of it are answered (server/frames.py)."""
+    return frame.msg_id in (MsgId.PRODUCE, MsgId.PRODUCE_WITH_SEQNUM)
+
+
 def tank_handler(service: TankService) -> Callable[[Connection, Listener], Awaitable[None]]:
     async def serve(conn: Connection, listener: Listener) -> None:
         zerocopy.prepare(conn.writer)
@@ -484,7 +498,8 @@ def tank_handler(service: TankService) -> Callable[[Connection, Listener], Await
         try:
             # a connection that never sends a request is closed after idle_timeout_s (TANK: 16 s)
             await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_PAYLOAD)), handle,
-                               error=TankError, refuse=refuse)
+                               error=TankError, refuse=refuse,
+                               pipeline=_produces if service.broker.produce_waits() else None)
         finally:
             for task in list(c.polls):
                 task.cancel()

@@ -323,6 +323,11 @@ class PartitionLog:
         def run() -> None:
             try:
                 self.sync_to(offset)
+                old.sync_indexes()  # sealed: loaded without a check after a crash
+            except ValueError:  # deleted (retention) before its fsync: nothing to make durable
+                pass
+            except OSError as exc:
+                log.error("fsync of sealed segment %s's indexes failed: %s", old.path, exc)
             except StorageError as exc:
                 log.error("fsync of sealed segment %s failed (retried by the next flush): %s",
                           old.path, exc)
@@ -349,11 +354,15 @@ class PartitionLog:
             with self._lock:
                 target = self.next_offset
                 dirty = [s for s in self.segments if s.dirty]
+                active = self.segments[-1]
             for seg in dirty:
                 if seg.closed:
                     continue
                 try:
-                    seg.sync()
+                    # the active segment's indexes are checked and rebuilt after a crash: a group
+                    # commit fsyncs its records only (one fsync, not three); ``flush`` and the
+                    # roll fsync them too
+                    seg.sync(indexes=seg is not active)
                 except ValueError:  # deleted (retention, truncation) while we looked
                     continue
             synced = True
@@ -371,7 +380,17 @@ class PartitionLog:
                 self._sync_cond.notify_all()
 
     def flush(self) -> None:
+        """Everything appended so far on disk, the active segment's indexes included."""
         self.sync_to(self.next_offset)
+        with self._lock:
+            active = self.segments[-1]
+        try:
+            active.sync_indexes()
+        except ValueError:  # deleted (retention, truncation) meanwhile
+            pass
+        except OSError as exc:
+            STORAGE.fsync_failures += 1
+            raise StorageError(f"fsync failed: {exc}") from exc
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -97,14 +97,21 @@ class Segment:
     def dirty(self) -> bool:
         return self.size > self.synced_size
 
-    def sync(self) -> None:
-        """fsync what was written before this call (appends racing with it stay dirty)."""
+    def sync(self, *, indexes: bool = True) -> None:
+        """fsync what was written before this call (appends racing with it stay dirty), and the
+        indexes unless ``indexes`` is false: the active segment's group commits leave them, since
+        its load after a crash checks them against the log and rebuilds what they lack
+        (``load(recover=True)``); ``sync_indexes`` then, when it is sealed or flushed."""
         size = self.size
         with self.file.use() as fd:
             os.fsync(fd)
+        if indexes:
+            self.sync_indexes()
+        self.synced_size = max(self.synced_size, size)
+
+    def sync_indexes(self) -> None:
         self.index.sync()
         self.time_index.sync()
-        self.synced_size = max(self.synced_size, size)
 
     # -- reading -------------------------------------------------------------------------------
 

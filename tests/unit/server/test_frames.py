@@ -1,6 +1,10 @@
 """server/frames.py: the one serve loop, over real loopback sockets, with a toy protocol built on
 Cursus framing (u32 length + body): each body is echoed upper-cased; b"bye" is answered and then
-closes the connection; b"boom" raises the protocol error, which is answered with b"refused"."""
+closes the connection; b"boom" raises the protocol error, which is answered with b"refused".
+Every test runs with and without pipelining; with it, b"hold" makes an append (the produce path's
+``ordering.begin``/``appended``) and then waits for b"free" to arrive, which only a pipelined loop
+can serve meanwhile; b"peek" is the toy's one frame that is not a produce, served only once every
+frame before it has ended."""
 
 from __future__ import annotations
 
@@ -10,19 +14,33 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from bayou.broker import ordering
 from bayou.protocols.cursus.framing import CursusError, FrameReader, encode_frame
 from bayou.server.base import Connection, ConnectionLimits, Listener
-from bayou.server.frames import Reply, serve_frames
+from bayou.server.frames import MAX_PIPELINED, Reply, serve_frames
 from bayou.server.rtes import _Lines
 
 LIMITS = ConnectionLimits(idle_timeout_s=5, request_timeout_s=5)
 
 
-async def _toy(conn: Connection, listener: Listener) -> None:
+STARTED: list[bytes] = []  # every frame the toy began to serve, across its connections
+FREED: list[asyncio.Event] = []  # set by b"free", or by a test
+
+
+async def _toy(conn: Connection, listener: Listener, pipeline: bool = False) -> None:
     said: list[bytes] = []
+    freed = FREED[-1] if FREED else asyncio.Event()
 
     async def handle(body: bytes) -> Reply:
         said.append(body)
+        STARTED.append(body)
+        if body == b"hold":
+            ordering.begin()
+            ordering.appended()  # what the produce path does before waiting for its fsync
+            await asyncio.wait_for(freed.wait(), 5)
+            return encode_frame(b"HELD")
+        if body == b"free":
+            freed.set()
         if body == b"boom":
             raise CursusError(b"refused", close=True)
         if body == b"two":
@@ -34,7 +52,12 @@ async def _toy(conn: Connection, listener: Listener) -> None:
         await conn.writer.drain()
 
     await serve_frames(conn, listener, FrameReader(1024), handle, error=CursusError, refuse=refuse,
-                       done=lambda: said[-1:] == [b"bye"])
+                       done=lambda: said[-1:] == [b"bye"],
+                       pipeline=(lambda body: body != b"peek") if pipeline else None)
+
+
+async def _toy_pipelined(conn: Connection, listener: Listener) -> None:
+    await _toy(conn, listener, pipeline=True)
 
 
 async def _lines(conn: Connection, listener: Listener) -> None:
@@ -50,9 +73,9 @@ async def _lines(conn: Connection, listener: Listener) -> None:
     await serve_frames(conn, listener, reader, handle, error=Exception, refuse=refuse, last=reader.eof)
 
 
-@pytest.fixture
-async def toy() -> AsyncIterator[Listener]:
-    listener = Listener("toy", "127.0.0.1", 0, _toy, LIMITS)
+@pytest.fixture(params=[False, True], ids=["sequential", "pipelined"])
+async def toy(request: pytest.FixtureRequest) -> AsyncIterator[Listener]:
+    listener = Listener("toy", "127.0.0.1", 0, _toy_pipelined if request.param else _toy, LIMITS)
     await listener.start()
     yield listener
     listener.stop_accepting()
@@ -121,5 +144,92 @@ async def test_the_last_frame_at_eof_and_an_over_long_line() -> None:
         assert await asyncio.wait_for(reader.read(), 5) == b"[one]\ntoo long\n"
         writer.close()
     finally:
+        listener.stop_accepting()
+        await listener.drain(1)
+
+
+async def test_a_released_frame_lets_the_next_ones_be_served_and_replies_keep_their_order() -> None:
+    listener = Listener("toy", "127.0.0.1", 0, _toy_pipelined, LIMITS)
+    await listener.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(b"".join(encode_frame(f) for f in (b"hold", b"a", b"free", b"bye")))
+        assert await _replies(reader) == [b"HELD", b"A", b"FREE", b"BYE"]
+        writer.close()
+    finally:
+        listener.stop_accepting()
+        await listener.drain(1)
+
+
+async def test_a_sequential_loop_serves_nothing_behind_a_waiting_frame() -> None:
+    """The same frames without pipelining: "hold" waits for a "free" that is never served."""
+    listener = Listener("toy", "127.0.0.1", 0, _toy, LIMITS)
+    await listener.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(encode_frame(b"hold") + encode_frame(b"free"))
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.readexactly(4), 1.0)  # "hold" still waits (5 s)
+        writer.close()
+    finally:
+        listener.stop_accepting()
+        await listener.drain(6)
+
+
+async def test_frames_in_flight_are_bounded() -> None:
+    """Released frames still waiting hold the loop at ``MAX_PIPELINED`` in flight: it reads no
+    further until the oldest reply is written."""
+    STARTED.clear()
+    FREED.append(asyncio.Event())
+    listener = Listener("toy", "127.0.0.1", 0, _toy_pipelined, LIMITS)
+    await listener.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(b"".join(encode_frame(b"hold") for _ in range(MAX_PIPELINED + 5)))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while len(STARTED) < MAX_PIPELINED:
+            assert loop.time() < deadline, f"{len(STARTED)} frames started"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # nothing more is started (a bound, not a race: read no further)
+        (conn,) = listener.connections
+        assert len(STARTED) == conn.busy == MAX_PIPELINED
+        FREED[-1].set()
+        replies = []
+        while len(replies) < MAX_PIPELINED + 5:
+            (n,) = struct.unpack(">I", await asyncio.wait_for(reader.readexactly(4), 5))
+            replies.append(await asyncio.wait_for(reader.readexactly(n), 5))
+        assert replies == [b"HELD"] * (MAX_PIPELINED + 5)
+        writer.close()
+    finally:
+        FREED.clear()
+        listener.stop_accepting()
+        await listener.drain(1)
+
+
+async def test_a_frame_that_is_not_a_produce_waits_for_the_ones_before_it() -> None:
+    STARTED.clear()
+    FREED.append(asyncio.Event())
+    listener = Listener("toy", "127.0.0.1", 0, _toy_pipelined, LIMITS)
+    await listener.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(encode_frame(b"hold") + encode_frame(b"peek") + encode_frame(b"a"))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while not STARTED:
+            assert loop.time() < deadline
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        assert STARTED == [b"hold"]  # "peek" waits for "hold" to end, and "a" behind it
+        FREED[-1].set()
+        got = []
+        for _ in range(3):
+            (n,) = struct.unpack(">I", await asyncio.wait_for(reader.readexactly(4), 5))
+            got.append(await asyncio.wait_for(reader.readexactly(n), 5))
+        assert got == [b"HELD", b"PEEK", b"A"] and STARTED == [b"hold", b"peek", b"a"]
+        writer.close()
+    finally:
+        FREED.clear()
         listener.stop_accepting()
         await listener.drain(1)

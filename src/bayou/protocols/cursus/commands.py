@@ -162,6 +162,13 @@ def _command(name: str, raw: bytes) -> Command:
     )
 
 
+def only_appends(body: bytes) -> bool:
+    """Whether the frame is a produce (a batch, or a raw PUBLISH) and nothing else: what a
+    pipelining connection may serve before the frames ahead of it are answered
+    (server/frames.py). A compressed frame is not judged (answered in order)."""
+    return is_batch(body) or _keyword(body.strip(_RAW_STRIP)) == "PUBLISH"
+
+
 def classify(body: bytes) -> BatchHead | Command:
     """cursus.md 2.2: batch first, then a raw command, then the u16 topic envelope."""
     if is_batch(body):

@@ -75,11 +75,9 @@ def _codec_header(payload: bytes, pos: int, end: int) -> bytes | None:
     return None
 
 
-def expand(payload: bytes, pos: int, count: int, *, max_size: int = DEFAULT_MAX_DECOMPRESSED) -> bytes | None:
-    """The real send (its whole L payload) when the L send ``payload`` (metadata ending at ``pos``,
-    ``count`` messages) is a compressed envelope; None when it is an ordinary send. Raises
-    IggyError(INVALID_FORMAT) for an envelope that names an unknown codec, does not inflate, or
-    inflates past ``max_size`` or to no messages."""
+def _envelope(payload: bytes, pos: int, count: int) -> tuple[bytes, int, int] | None:
+    """(codec name, body position, body length) of a compressed envelope; None for an ordinary
+    send. Reads only the one message's header and its header block."""
     if count != 1:
         return None
     area = pos + _INDEX_SIZE
@@ -90,8 +88,23 @@ def expand(payload: bytes, pos: int, count: int, *, max_size: int = DEFAULT_MAX_
     if not hlen or body + plen + hlen != len(payload):
         return None
     name = _codec_header(payload, body + plen, body + plen + hlen)
-    if name is None:
+    return None if name is None else (name, body, plen)
+
+
+def is_envelope(payload: bytes, pos: int, count: int) -> bool:
+    """Whether ``expand`` has work to do (cheap: on the event loop, before sending it to a pool)."""
+    return _envelope(payload, pos, count) is not None
+
+
+def expand(payload: bytes, pos: int, count: int, *, max_size: int = DEFAULT_MAX_DECOMPRESSED) -> bytes | None:
+    """The real send (its whole L payload) when the L send ``payload`` (metadata ending at ``pos``,
+    ``count`` messages) is a compressed envelope; None when it is an ordinary send. Raises
+    IggyError(INVALID_FORMAT) for an envelope that names an unknown codec, does not inflate, or
+    inflates past ``max_size`` or to no messages."""
+    found = _envelope(payload, pos, count)
+    if found is None:
         return None
+    name, body, plen = found
     try:
         codec = Compression.parse(name.decode("ascii", "replace"))
         if codec is Compression.NONE:

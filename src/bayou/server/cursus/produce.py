@@ -36,7 +36,7 @@ class ProduceHandlers:
 
     async def _append_messages(self, topic: str, partition: int, body: bytes | bytearray,
                                starts: list[int], acks: Acks) -> int:
-        """Store message records ``body[starts[0]:starts[-1]]``; returns the partition's last offset.
+        """Store message records ``body[starts[0]:starts[-1]]``; returns the last offset stored.
         On an idempotent topic only the messages the producer rules keep are stored (the broker's
         idempotence, broker/idempotence.py)."""
         if self.broker.topic_flag(topic, "idempotent"):
@@ -54,11 +54,13 @@ class ProduceHandlers:
                     rel.append(rel[-1] + (b - a))
                 return _message_batch(b"".join(bytes(body[a:b]) for a, b in kept), rel)
 
-            await self.broker.produce_idempotent(topic, partition, producers, build, acks)
+            result = await self.broker.produce_idempotent(topic, partition, producers, build, acks)
         else:
             batch, stamp = _message_batch(body, starts)
-            await self.broker.produce(topic, partition, batch, acks, stamp=stamp, create=False)
-        return self.broker.log_end_offset(topic, partition) - 1
+            result = await self.broker.produce(topic, partition, batch, acks, stamp=stamp, create=False)
+        # its own last offset: the log end may already hold later appends (other connections',
+        # or this one's pipelined requests)
+        return result.last_offset
 
     async def produce_batch(self, body: bytes, head: cb.BatchHead) -> bytes:
         level = rq.parse_acks(head.acks)

@@ -29,7 +29,7 @@ from bayou.protocols.cursus import batch as cb
 from bayou.protocols.cursus import replies
 from bayou.protocols.cursus import requests as rq
 from bayou.protocols.cursus.codes import error_reply
-from bayou.protocols.cursus.commands import Command, classify
+from bayou.protocols.cursus.commands import Command, classify, only_appends
 from bayou.protocols.cursus.compression import GZIP_MAGIC, LZ4_MAGIC, XERIAL_MAGIC, maybe_decompress
 from bayou.protocols.cursus.framing import MAX_FRAME, CursusError, FrameReader, encode_frame
 from bayou.protocols.cursus.requests import ErrorReply
@@ -170,7 +170,8 @@ def cursus_handler(service: CursusService) -> Callable[[Connection, Listener], A
                 await conn.writer.drain()
 
         await serve_frames(conn, listener, FrameReader(listener.limits.frame_cap(MAX_FRAME)), handle,
-                           error=CursusError, refuse=refuse, done=lambda: state.streaming)
+                           error=CursusError, refuse=refuse, done=lambda: state.streaming,
+                           pipeline=only_appends if service.broker.produce_waits() else None)
     return serve
 
 

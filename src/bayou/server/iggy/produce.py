@@ -21,6 +21,7 @@ from bayou.protocols.iggy.batches import decode_legacy_send, decode_vsr_send, re
 from bayou.protocols.iggy.codec import encode_reply
 from bayou.protocols.iggy.codes import Status
 from bayou.protocols.iggy.compressed import expand as expand_compressed
+from bayou.protocols.iggy.compressed import is_envelope
 from bayou.protocols.iggy.convert import send_to_records
 from bayou.protocols.iggy.framing import Dialect, IggyError
 from bayou.protocols.iggy.stored import (
@@ -139,7 +140,7 @@ class ProduceHandlers:
         stream_id, topic_id, partitioning, count, pos = read_send_metadata(payload)
         # a one-message send may be bayou's compressed envelope: inflated off the loop
         expanded = (await run_in(inflate_pool(), expand_compressed, payload, pos, count)
-                    if count == 1 else None)
+                    if is_envelope(payload, pos, count) else None)
         if expanded is not None:  # bayou's compressed send: the real one, inflated
             payload = expanded
             stream_id, topic_id, partitioning, count, pos = read_send_metadata(payload)

@@ -358,6 +358,13 @@ def iggy_handler(service: IggyService) -> Callable[[Connection, Listener], Await
     return serve
 
 
+def _sends(frame: LegacyFrame | VsrFrame) -> bool:
+    """SEND_MESSAGES: the one command a pipelining connection serves before those ahead of it
+    are answered (server/frames.py)."""
+    code = frame.code if isinstance(frame, LegacyFrame) else frame.command
+    return code == Command.SEND_MESSAGES
+
+
 def _metered(frame: LegacyFrame | VsrFrame, reply: bytes) -> tuple[str, bool]:
     """The command's name and whether the reply is an error: the status is a reply's first u32 in
     the legacy framing, at offset 216 of a VSR reply header."""
@@ -419,7 +426,8 @@ async def _serve(service: IggyService, s: Session, conn: Connection, listener: L
     guard()
     frames: Framing[LegacyFrame | VsrFrame] = reader
     await serve_frames(conn, listener, frames, handle, error=IggyError, refuse=refuse,
-                       done=lambda: s.close_after_reply, first=first)
+                       done=lambda: s.close_after_reply, first=first,
+                       pipeline=_sends if service.broker.produce_waits() else None)
 
 
 __all__ = ["IggyService", "Session", "iggy_handler"]

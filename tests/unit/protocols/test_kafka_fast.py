@@ -1,0 +1,46 @@
+"""protocols/kafka/fast.py writes the bytes kio writes, for every Produce version bayou serves."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+
+from bayou.protocols.kafka import codec
+from bayou.protocols.kafka.build import build
+from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
+from bayou.protocols.kafka.fast import encode_produce_response
+from bayou.protocols.kafka.framing import RequestHeader
+
+VERSIONS = range(SUPPORTED[ApiKey.PRODUCE].min, SUPPORTED[ApiKey.PRODUCE].max + 1)
+
+partition = st.fixed_dictionaries(
+    {"index": st.integers(0, 1 << 20), "error_code": st.sampled_from([ErrorCode(c) for c in (0, 1, 2, 6, 10, 45, 87)]),
+     "base_offset": st.integers(-1, 1 << 62), "log_append_time": st.none(),
+     "log_start_offset": st.integers(-1, 1 << 62)},
+    optional={"error_message": st.none() | st.text(max_size=20)})
+topics = st.lists(st.fixed_dictionaries({"name": st.text(min_size=1, max_size=12),
+                                         "partition_responses": st.lists(partition, max_size=3)}),
+                  max_size=3)
+
+
+def kio_bytes(version: int, correlation_id: int, responses: list[dict[str, object]]) -> bytes:
+    header = RequestHeader(ApiKey.PRODUCE, version, correlation_id, "t",
+                           codec.request_is_flexible(ApiKey.PRODUCE, version), 0)
+    body = build(codec.response_schema(ApiKey.PRODUCE, version), responses=responses)
+    return codec.encode_response(header, body)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@given(responses=topics, correlation_id=st.integers(0, (1 << 31) - 1))
+def test_the_fast_produce_response_is_kios(version: int, correlation_id: int,
+                                           responses: list[dict[str, object]]) -> None:
+    assert encode_produce_response(version, correlation_id, responses) == kio_bytes(
+        version, correlation_id, responses)
+
+
+def test_what_it_does_not_write_is_left_to_kio() -> None:
+    leader = [{"name": "t", "partition_responses": [{"index": 0, "current_leader": {"leader_id": 1}}]}]
+    assert encode_produce_response(10, 1, leader) is None
+    assert encode_produce_response(2, 1, []) is None
