@@ -146,7 +146,8 @@ class Cursus(Proto):
         await _sized(r)
 
     def request(self, i: int) -> bytes:
-        return cursus_frame(f"PUBLISH topic={TOPIC} acks=1 producerId=bench message={VALUE.decode()}".encode())
+        text = f"PUBLISH topic={TOPIC} acks=1 producerId=bench message={VALUE.decode()}"
+        return cursus_frame(text.encode())
 
     async def reply(self, r: asyncio.StreamReader) -> None:
         body = await _sized(r)

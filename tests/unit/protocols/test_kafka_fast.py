@@ -16,7 +16,8 @@ from bayou.protocols.kafka.framing import RequestHeader
 VERSIONS = range(SUPPORTED[ApiKey.PRODUCE].min, SUPPORTED[ApiKey.PRODUCE].max + 1)
 
 partition = st.fixed_dictionaries(
-    {"index": st.integers(0, 1 << 20), "error_code": st.sampled_from([ErrorCode(c) for c in (0, 1, 2, 6, 10, 45, 87)]),
+    {"index": st.integers(0, 1 << 20),
+     "error_code": st.sampled_from([ErrorCode(c) for c in (0, 1, 2, 6, 10, 45, 87)]),
      "base_offset": st.integers(-1, 1 << 62), "log_append_time": st.none(),
      "log_start_offset": st.integers(-1, 1 << 62)},
     optional={"error_message": st.none() | st.text(max_size=20)})
