@@ -26,7 +26,7 @@ IGGY09STAMP = $(IGGY09)/.installed-apache-iggy-$(IGGY09_VERSION)
 ZOOKEEPER_JAR = /usr/share/java/zookeeper.jar
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test install dev iggy-sdks zookeeper promtool chromium kcat lint typecheck bench bench-iggy bench-sdk bench-spark pipeline spark-package clean
+.PHONY: run test install dev iggy-sdks zookeeper promtool chromium kcat lint typecheck bench bench-iggy bench-sdk bench-spark bench-peers pipeline spark-package clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -119,6 +119,17 @@ bench: $(STAMP)
 
 bench-iggy: $(STAMP) $(IGGY08STAMP) $(IGGY09STAMP)
 	$(PY) benchmarks/iggy_bench.py
+
+# Redis and NATS from Debian, for benchmarks/peers.py (started on free ports, stopped by PID)
+PEERS = /usr/bin/redis-server /usr/sbin/nats-server
+
+$(PEERS):
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -q --no-install-recommends redis-server nats-server \
+	  || ($(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	      RUNLEVEL=1 apt-get install -y -q --no-install-recommends redis-server nats-server)
+
+bench-peers: $(DEVSTAMP) $(PEERS)
+	$(PY) benchmarks/peers.py
 
 bench-sdk: $(STAMP)
 	$(PY) benchmarks/sdk_bench.py
