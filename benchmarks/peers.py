@@ -39,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -47,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 
-from pipeline_bench import Cursus, Kafka, Proto  # noqa: E402
+from pipeline_bench import Cursus, Kafka, Proto, Result, rate_run, window_run  # noqa: E402
 
 VALUE = b"x" * 100
 STREAM = "bench"
@@ -152,65 +151,9 @@ class NatsJetStream(Proto):
 # -- the workloads -----------------------------------------------------------------------------
 
 
-async def window_run(port: int, proto: Proto, requests: int, window: int) -> tuple[float, list[float]]:
-    r, w = await asyncio.open_connection("127.0.0.1", port)
-    await proto.setup(r, w)
-    sent: deque[float] = deque()
-    lat: list[float] = []
-    credit = asyncio.Semaphore(window)
-    started = time.perf_counter()
-
-    async def write() -> None:
-        for i in range(requests):
-            await credit.acquire()
-            sent.append(time.perf_counter())
-            w.write(proto.request(i))
-
-    writer = asyncio.create_task(write())
-    for _ in range(requests):
-        await proto.reply(r)
-        lat.append(time.perf_counter() - sent.popleft())
-        credit.release()
-    await writer
-    took = time.perf_counter() - started
-    w.close()
-    return requests / took, lat
-
-
-async def rate_run(port: int, proto: Proto, rate: int, seconds: float) -> tuple[float, list[float]]:
-    r, w = await asyncio.open_connection("127.0.0.1", port)
-    await proto.setup(r, w)
-    total = int(rate * seconds)
-    due: deque[float] = deque()
-    lat: list[float] = []
-    start = time.perf_counter() + 0.05
-
-    async def write() -> None:
-        i = 0
-        while i < total:
-            k = min(total, int((time.perf_counter() - start) * rate) + 1)
-            while i < k:
-                due.append(start + i / rate)
-                w.write(proto.request(i))
-                i += 1
-            await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
-
-    writer = asyncio.create_task(write())
-    for _ in range(total):
-        await proto.reply(r)
-        lat.append(time.perf_counter() - due.popleft())
-    await writer
-    took = time.perf_counter() - start
-    w.close()
-    return total / took, lat
-
-
 def _pct(lat: list[float], q: float) -> float:
     s = sorted(lat)
     return s[min(len(s) - 1, int(q * len(s)))] * 1000
-
-
-Result = tuple[float, list[float]]  # (msg/s, latencies in s)
 
 
 async def _bounded(coro: Awaitable[Result], timeout: float) -> Result | None:

@@ -235,7 +235,11 @@ def _pct(lat: list[float], q: float) -> float:
     return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
 
 
-async def window_run(port: int, proto: Proto, requests: int, window: int) -> str:
+Result = tuple[float, list[float]]  # (msg/s, latencies in s)
+
+
+async def window_run(port: int, proto: Proto, requests: int, window: int) -> Result:
+    """``requests`` one-message produce requests, ``window`` in flight on one connection."""
     r, w = await asyncio.open_connection("127.0.0.1", port)
     await proto.setup(r, w)
     sent: deque[float] = deque()
@@ -257,11 +261,12 @@ async def window_run(port: int, proto: Proto, requests: int, window: int) -> str
     await writer
     took = time.perf_counter() - started
     w.close()
-    return (f"{requests / took:>9,.0f} msg/s   p50 {_pct(lat, 0.5):6.2f} ms   "
-            f"p99 {_pct(lat, 0.99):7.2f} ms")
+    return requests / took, lat
 
 
-async def rate_run(port: int, proto: Proto, rate: int, seconds: float) -> str:
+async def rate_run(port: int, proto: Proto, rate: int, seconds: float) -> Result:
+    """A steady ``rate`` requests/s for ``seconds`` on one connection (open loop: each latency
+    counts from when its request was due)."""
     r, w = await asyncio.open_connection("127.0.0.1", port)
     await proto.setup(r, w)
     total = int(rate * seconds)
@@ -287,14 +292,19 @@ async def rate_run(port: int, proto: Proto, rate: int, seconds: float) -> str:
     await writer
     took = time.perf_counter() - start
     w.close()
-    return (f"{total / took:>9,.0f} msg/s   p50 {_pct(lat, 0.5):6.2f} ms   "
-            f"p99 {_pct(lat, 0.99):7.2f} ms   (max {max(lat) * 1000:.1f} ms)")
+    return total / took, lat
 
 
-def _run(coro: Coroutine[Any, Any, str], timeout: float) -> str:
+def _figures(result: Result, with_max: bool = False) -> str:
+    rate, lat = result
+    out = f"{rate:>9,.0f} msg/s   p50 {_pct(lat, 0.5):6.2f} ms   p99 {_pct(lat, 0.99):7.2f} ms"
+    return out + (f"   (max {max(lat) * 1000:.1f} ms)" if with_max else "")
+
+
+def _run(coro: Coroutine[Any, Any, Result], timeout: float, with_max: bool = False) -> str:
     async def bounded() -> str:
         try:
-            return await asyncio.wait_for(coro, timeout)
+            return _figures(await asyncio.wait_for(coro, timeout), with_max)
         except TimeoutError:
             return f"no answer within {timeout:g} s"
     return asyncio.run(bounded())
@@ -322,7 +332,7 @@ def main() -> None:
                 print(f"fsync={fsync:<6} {proto.name:<20} window: {got}", flush=True)
                 if args.rate:
                     proto = PROTOCOLS[name]()
-                    got = _run(rate_run(port, proto, args.rate, args.seconds), args.timeout)
+                    got = _run(rate_run(port, proto, args.rate, args.seconds), args.timeout, with_max=True)
                     print(f"fsync={fsync:<6} {proto.name:<20} rate:   {got}", flush=True)
         finally:
             broker.stop()
