@@ -202,8 +202,35 @@ def test_http_connections_are_bounded_like_every_listener(tmp_path: Path) -> Non
     cfg = _config(tmp_path, "max_connections_per_ip = 2\nidle_timeout_s = 1.0\nrequest_timeout_s = 1.0\n")
     b = BrokerProcess(tmp_path / "data", "--config", str(cfg)).start()
     try:
-        held = [socket.create_connection(("127.0.0.1", b.port)) for _ in range(2)]
-        wait_for(lambda: "refused" in _closed_reply(b.http_port), 10, "the HTTP connection refused")
+        held: list[socket.socket] = []
+
+        def ping(s: socket.socket, i: int) -> bool:
+            try:
+                s.sendall(b"V1|p%d|PING|\n" % i)
+                return s.recv(100).startswith(b"V1|p%d|OK" % i)
+            except OSError:
+                return False
+
+        def hold_one() -> bool:
+            # the probes of the start may still hold a slot for a moment: a refused connection
+            # (closed at once) is retried until two are open and answering
+            s = socket.create_connection(("127.0.0.1", b.port), timeout=5)
+            if ping(s, len(held)):
+                held.append(s)
+                return True
+            s.close()
+            return False
+
+        for _ in range(2):
+            wait_for(hold_one, 10, "a V1 connection accepted")
+
+        def refused() -> bool:
+            # the held connections must stay open: each check pings on them first, so the 1 s
+            # idle timeout never closes them (under load a check can take longer than that)
+            assert all(ping(s, i) for i, s in enumerate(held)), "a held connection was closed"
+            return "refused" in _closed_reply(b.http_port)
+
+        wait_for(refused, 10, "the HTTP connection refused")
         for s in held:
             s.close()
         wait_for(lambda: _try_get_json(b.http_port, "/health"), 10, "/health once the slots are free")
