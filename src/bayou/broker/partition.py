@@ -15,6 +15,7 @@ from bayou.storage.log import PartitionLog
 if TYPE_CHECKING:
     from bayou.broker.cluster.replicaset import ReplicaSet
     from bayou.broker.coordination import ReplicaState
+    from bayou.broker.durability import GroupCommit
     from bayou.broker.txnstate import TxnTable
 
 LEADER = "leader"
@@ -41,6 +42,9 @@ class Partition:
         # The run of control batches (markers) at the log end, offsets ``from..to-1``: what readers
         # that have no gap at the end (TANK's last assigned sequence) leave out. None until known.
         self.control_run: tuple[int, int] | None = None
+        # fsync=always: the waiters for the log to be durable (broker/durability.py), made by the
+        # first produce that waits
+        self.group_commit: GroupCommit | None = None
         # Cluster mode: this broker's view of the partition's leader, epoch and ISR (None on a
         # single node, where ``replicas`` above holds the V1 protocol's reported followers).
         self.cluster: ReplicaSet | None = None

@@ -12,6 +12,7 @@ from typing import Any
 
 from bayou.broker import ordering
 from bayou.broker.context import BrokerContext
+from bayou.broker.durability import GroupCommit
 from bayou.broker.idempotence import (
     DEFAULT_MAX_PRODUCERS,
     DEFAULT_WINDOW,
@@ -104,6 +105,14 @@ class ProducePath:
             ordering.appended()  # appended, refused or forwarded: the next request may go on
         return await self._acknowledge(part, info, acks)
 
+    async def _durable(self, part: Partition, end: int) -> None:
+        """fsync=always: wait until the partition's log is on disk below ``end`` (the partition's
+        group commit, broker/durability.py)."""
+        commits = part.group_commit
+        if commits is None or commits.log is not part.log:
+            commits = part.group_commit = GroupCommit(part.log, self.ctx.io)
+        await commits.wait(end)
+
     async def _acknowledge(self, part: Partition, info: AppendInfo, acks: Acks) -> ProduceResult:
         """After an append: move the leader's high watermark, wait for what ``acks`` and the
         fsync policy promise, wake long-polls, report."""
@@ -112,7 +121,7 @@ class ProducePath:
         part.replica_state.appended(part)
         end = info.last_offset + 1
         if part.log.config.fsync.mode == "always":
-            await asyncio.get_running_loop().run_in_executor(self.ctx.io, part.log.sync_to, end)
+            await self._durable(part, end)
         part.notify()
         if acks == Acks.ALL:
             await self._await_replication(part, info.last_offset)
@@ -201,7 +210,7 @@ class ProducePath:
             return await self._acknowledge(part, info, acks)
         end = part.log.next_offset
         if part.log.config.fsync.mode == "always" and part.log.durable_offset < end:
-            await asyncio.get_running_loop().run_in_executor(self.ctx.io, part.log.sync_to, end)
+            await self._durable(part, end)
         return ProduceResult(part.index, end, end - 1, part.high_watermark, part.log.log_start_offset)
 
     def _new_dedup_table(self, part: Partition) -> tuple[DedupTable, int]:
@@ -229,8 +238,7 @@ class ProducePath:
                             info.last_offset + 1)
         part.replica_state.appended(part)
         if part.log.config.fsync.mode == "always":
-            await asyncio.get_running_loop().run_in_executor(self.ctx.io, part.log.sync_to,
-                                                             info.last_offset + 1)
+            await self._durable(part, info.last_offset + 1)
         part.notify()
         return info
 

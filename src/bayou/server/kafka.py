@@ -337,18 +337,30 @@ async def _fetch_one(svc: KafkaService, p: _Part, budget: int) -> None:
 
 
 async def _wait_for_data(svc: KafkaService, parts: list[_Part], wait_s: float) -> None:
-    """Return once any partition has records past its fetch offset, or after ``wait_s``: the
-    broker's long poll (min bytes 1) on each, the first to answer ending the others."""
-    polls = [asyncio.ensure_future(svc.broker.fetch(p.topic, p.partition, p.offset, max_bytes=1,
-                                                    max_wait_ms=int(wait_s * 1000),
-                                                    committed_only=p.committed))
-             for p in parts]
-    try:
-        await asyncio.wait(polls, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in polls:
-            t.cancel()
-        await asyncio.gather(*polls, return_exceptions=True)
+    """Return once any partition's visible end (its high watermark; the last stable offset for
+    read_committed) passes its fetch offset, after ``wait_s``, or when the broker stops. Nothing
+    is read here: the partitions' data waiters are registered before their ends are looked at (an
+    append in between still wakes the wait), and the caller reads once woken."""
+    broker = svc.broker
+    deadline = time.monotonic() + wait_s
+    while True:
+        waiters = broker.data_waiters((p.topic, p.partition) for p in parts)
+        try:
+            for p in parts:
+                try:
+                    end = (await broker.last_stable_offset(p.topic, p.partition) if p.committed
+                           else broker.partition_bounds(p.topic, p.partition)[1])
+                except BayouError:
+                    return  # gone meanwhile: the caller's read reports it
+                if end > p.offset:
+                    return
+            left = deadline - time.monotonic()
+            if left <= 0 or broker.closing or not waiters:
+                return
+            await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
 
 
 async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
