@@ -19,6 +19,8 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+from bayou.records.varint import encode_uvarint
+
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _PART = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time
@@ -31,10 +33,7 @@ KNOWN = frozenset({"index", "error_code", "base_offset", "log_append_time", "log
 
 def _uvarint(n: int) -> bytes:
     out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+    encode_uvarint(n, out)
     return bytes(out)
 
 
