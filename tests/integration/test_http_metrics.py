@@ -244,6 +244,40 @@ def test_http_connections_are_bounded_like_every_listener(tmp_path: Path) -> Non
         b.stop()
 
 
+def test_an_http_connection_closed_without_a_request_frees_its_slot(tmp_path: Path) -> None:
+    """A client that connects to the HTTP port and closes without a request (a port check, a
+    load balancer's TCP probe) gives its per-address slot back at once, as on every other port:
+    with max_connections_per_ip = 2 and a long idle timeout, three such connections in a row
+    leave room for two V1 connections right after."""
+    cfg = _config(tmp_path, "max_connections_per_ip = 2\nidle_timeout_s = 60.0\n")
+    b = BrokerProcess(tmp_path / "data", "--config", str(cfg)).start()
+    try:
+        wait_for(lambda: _try_get_json(b.http_port, "/health"), 10, "/health answering")
+        for _ in range(3):
+            socket.create_connection(("127.0.0.1", b.http_port), timeout=5).close()
+        held: list[socket.socket] = []
+        try:
+            def two_open() -> bool:
+                s = socket.create_connection(("127.0.0.1", b.port), timeout=5)
+                try:
+                    s.sendall(b"V1|p|PING|\n")
+                    if s.recv(100).startswith(b"V1|p|OK"):
+                        held.append(s)
+                        return len(held) == 2
+                except OSError:
+                    pass
+                s.close()
+                return False
+
+            # well within the 60 s idle timeout the old code held the slots for
+            wait_for(two_open, 10, "two V1 connections admitted")
+        finally:
+            for s in held:
+                s.close()
+    finally:
+        b.stop()
+
+
 def _closed_reply(port: int) -> str:
     """'refused' when the server closes a new connection before answering a request."""
     try:

@@ -82,8 +82,8 @@ class _Tap(asyncio.Protocol):
             self.partial_since = time.monotonic()
         self.inner.data_received(data)
 
-    def eof_received(self) -> None:
-        self.inner.eof_received()
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()  # type: ignore[func-returns-value]
 
     def pause_writing(self) -> None:
         self.inner.pause_writing()
@@ -144,6 +144,12 @@ class HttpFrontEnd:
             buffered = bytes(getattr(conn.reader, "_buffer", b""))  # arrived before the switch
             if buffered:
                 tap.data_received(buffered)
+            # the client closed before the switch (a TCP probe, a port check): the stream
+            # protocol kept the half-closed transport open for its reader, which is gone now;
+            # do what the transport does on an EOF its protocol does not keep open, so the
+            # connection and its admission slot end now rather than at the idle deadline
+            if getattr(conn.reader, "_eof", False) and not tap.eof_received():
+                transport.close()
             await self._watch(conn, tap, transport, listener)
         finally:
             self._taps.pop(inner, None)
