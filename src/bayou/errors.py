@@ -298,3 +298,9 @@ class Unauthorized(BayouError):
 
     code = "UNAUTHORIZED"
     default_message = "not authorized"
+
+
+class WouldBlock(Exception):
+    """A read asked not to wait could not be served without waiting: bytes not in the page cache,
+    the log busy in another thread, more than an event-loop read may copy (storage/cached.py).
+    The caller does the read on an I/O thread instead. Not a BayouError: no front end maps it."""

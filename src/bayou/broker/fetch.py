@@ -10,7 +10,7 @@ import time
 from bayou.broker.context import BrokerContext
 from bayou.broker.model import FetchResult
 from bayou.broker.partition import Partition
-from bayou.errors import NotLeader, OffsetOutOfRange
+from bayou.errors import NotLeader, OffsetOutOfRange, WouldBlock
 from bayou.storage import FileSpan
 
 
@@ -58,8 +58,11 @@ class FetchPath:
                         raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")
                     offset = start
                 if offset < hw:
-                    r = await loop.run_in_executor(self.ctx.io, self._read, part, offset, max_bytes, hw,
-                                                   max_records)
+                    try:  # bytes in the page cache (a reader at the tail) are read here, at once
+                        r = self._read(part, offset, max_bytes, hw, max_records, nowait=True)
+                    except WouldBlock:
+                        r = await loop.run_in_executor(self.ctx.io, self._read, part, offset, max_bytes,
+                                                       hw, max_records)
                     if r is None and offset < part.log.log_start_offset:
                         continue  # retention removed the segment meanwhile: check the new start
                     if r is not None and (len(r.data) >= min_bytes or time.monotonic() >= deadline):
@@ -89,9 +92,9 @@ class FetchPath:
 
     @staticmethod
     def _read(part: Partition, offset: int, max_bytes: int, hw: int,
-              max_records: int | None) -> FetchResult | None:
+              max_records: int | None, nowait: bool = False) -> FetchResult | None:
         try:
-            r = part.log.read(offset, max_bytes, max_offset=hw, max_records=max_records)
+            r = part.log.read(offset, max_bytes, max_offset=hw, max_records=max_records, nowait=nowait)
         except OffsetOutOfRange:
             return None
         return FetchResult(r.data, r.record_count, r.next_offset, hw, r.log_start_offset, r.log_end_offset)
@@ -104,9 +107,13 @@ class FetchPath:
         self.ctx.authorize("poll", topic)
         part = await self.ctx.ready_partition(topic, partition)
         self._check_replica(part)
-        return await asyncio.get_running_loop().run_in_executor(
-            self.ctx.io, lambda: part.log.locate(offset, max_bytes, max_offset=part.high_watermark,
-                                              payload_only=payload_only))
+        try:  # headers in the page cache (a reader at the tail) are walked here, at once
+            return part.log.locate(offset, max_bytes, max_offset=part.high_watermark,
+                                   payload_only=payload_only, nowait=True)
+        except WouldBlock:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.ctx.io, lambda: part.log.locate(offset, max_bytes, max_offset=part.high_watermark,
+                                                  payload_only=payload_only))
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
         self.ctx.authorize("poll", topic)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import os
 import struct
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from bayou.errors import (
     NotLeader,
     OffsetOutOfRange,
     ReplicationTimeout,
+    WouldBlock,
 )
 from bayou.protocols.tank.bundles import TankMessage, encode_bundle, encode_chunk_record
 from bayou.protocols.tank.messages import Endpoint
@@ -197,7 +197,7 @@ async def read_chunk(broker: Broker, topic: str, partition: int, seq: int, fetch
     if served_as_stored(h, FORMAT_TANK) and h.size - HEADER_SIZE < ZEROCOPY_MIN:
         # span.limit: the high watermark, or the damage of a quarantined partition if lower
         try:
-            return await _gather_chunk(span.fd, pos, seq, span.limit, min(limit, GATHER_MAX))
+            return await _gather_chunk(span, pos, seq, span.limit, min(limit, GATHER_MAX))
         finally:
             span.release()
     if limit > 1:
@@ -248,12 +248,14 @@ _MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_PREFIX
 _PLAIN_TANK = FORMAT_TANK << ATTR_FORMAT_SHIFT  # format TANK, no compression
 
 
-def _gather(fd: int, pos: int, hw: int, limit: int) -> tuple[list[memoryview], int, bool, int]:
-    """Stored TANK bundles from the batch at ``pos`` of segment file ``fd``, read in large preads
+def _gather(span: FileSpan, pos: int, hw: int, limit: int,
+            nowait: bool = False) -> tuple[list[memoryview], int, bool, int]:
+    """Stored TANK bundles from the batch at ``pos`` of ``span``'s segment file, read in large preads
     and cut out of their batches in memory: the bytes sendfile would send. Stops once ``limit``
     bundle bytes are reached or passed (at least one bundle), at the high watermark ``hw``, before
     a batch of another format or compressed (the next consume converts it), at the file's end.
-    Returns (bundles, next offset, first is sparse, first base offset)."""
+    Returns (bundles, next offset, first is sparse, first base offset). ``nowait``: from the page
+    cache only, or WouldBlock (storage/cached.py)."""
     parts: list[memoryview] = []
     taken = 0
     next_offset = -1
@@ -262,7 +264,7 @@ def _gather(fd: int, pos: int, hw: int, limit: int) -> tuple[list[memoryview], i
     unpack = _BATCH_HEAD.unpack_from
     while not parts or taken < limit:
         want = min(max(limit - taken, ZEROCOPY_MIN) * 2 + HEADER_SIZE * 64, 2 * GATHER_MAX)
-        data = os.pread(fd, want, pos)
+        data = span.pread(want, pos, nowait=nowait)
         view = memoryview(data)
         at, n = 0, len(data)
         while n - at >= HEADER_SIZE and (not parts or taken < limit):
@@ -286,10 +288,13 @@ def _gather(fd: int, pos: int, hw: int, limit: int) -> tuple[list[memoryview], i
     return parts, next_offset, sparse_first, first_base
 
 
-async def _gather_chunk(fd: int, pos: int, seq: int, hw: int, limit: int) -> Chunk:
+async def _gather_chunk(span: FileSpan, pos: int, seq: int, hw: int, limit: int) -> Chunk:
     """``read_chunk`` for small stored bundles: gathered in memory and sent as one piece."""
-    parts, next_offset, sparse_first, first_base = await asyncio.get_running_loop().run_in_executor(
-        None, _gather, fd, pos, hw, limit)
+    try:  # bundles in the page cache (a reader at the tail) are gathered here, at once
+        parts, next_offset, sparse_first, first_base = _gather(span, pos, hw, limit, nowait=True)
+    except WouldBlock:
+        parts, next_offset, sparse_first, first_base = await asyncio.get_running_loop().run_in_executor(
+            None, _gather, span, pos, hw, limit)
     chunk = Chunk()
     if not parts:  # the log changed under us (truncated): nothing to send this time
         chunk.next_seq = seq

@@ -16,7 +16,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bayou.errors import CorruptRecord, CorruptStorage, OffsetOutOfRange, RecordTooLarge, StorageError
+from bayou.errors import (
+    CorruptRecord,
+    CorruptStorage,
+    OffsetOutOfRange,
+    RecordTooLarge,
+    StorageError,
+    WouldBlock,
+)
 from bayou.records.batch import (
     HEADER_SIZE,
     MAX_OFFSET,
@@ -31,6 +38,7 @@ from bayou.records.batch import (
     set_leader_epoch,
 )
 from bayou.stats import STORAGE
+from bayou.storage.cached import pread_cached
 from bayou.storage.config import LogConfig
 from bayou.storage.fsutil import fsync_dir
 from bayou.storage.handles import HandleCache, default_cache
@@ -38,6 +46,7 @@ from bayou.storage.integrity import Damage, first_bad_batch
 from bayou.storage.segment import LOG_SUFFIX, Segment
 
 READ_CHUNK = 256 * 1024  # first read of a record-limited fetch
+NOWAIT_MAX_BATCHES = 64  # the most batches a locate on the event loop walks (locate(nowait=True))
 
 log = logging.getLogger("bayou.storage")
 
@@ -107,6 +116,11 @@ class FileSpan:
         if not self.released and self.segment is not None:
             self.released = True
             self.segment.file.release()
+
+    def pread(self, size: int, position: int, *, nowait: bool = False) -> bytes:
+        """Unchecked bytes of the span's file (a sender cutting stored bytes out of batches);
+        ``nowait``: from the page cache only, or WouldBlock (storage/cached.py)."""
+        return pread_cached(self.fd, size, position) if nowait else os.pread(self.fd, size, position)
 
     def read_batch(self, position: int, header: BatchHeader) -> bytes:
         """The stored bytes of one batch of the span, CRC-checked, for a reader that decodes or
@@ -398,7 +412,7 @@ class PartitionLog:
         return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
-             max_records: int | None = None) -> ReadResult:
+             max_records: int | None = None, nowait: bool = False) -> ReadResult:
         """Read whole batches from the one holding ``offset``, stopping before ``max_offset``.
 
         At least one batch is returned when one is visible, even if it is larger than ``max_bytes``,
@@ -408,19 +422,26 @@ class PartitionLog:
         Every batch returned has passed its CRC and offset checks: damage is never served. A read
         that meets damage quarantines the partition (``check_segment``) and returns the good
         batches before it; a read from the damaged offset on raises CorruptStorage.
+
+        ``nowait`` (a read on the event loop) raises WouldBlock rather than wait: for bytes not in
+        the page cache, for the log's lock held by another thread, for more bytes than an
+        event-loop read copies (``cached.MAX_BYTES``), and for anything that needs the checks
+        above.
         """
         for _attempt in range(3):
-            result = self._read(offset, max_bytes, max_offset, max_records)
+            result = self._read(offset, max_bytes, max_offset, max_records, nowait)
             if result is not None:
                 return result
             offset = max(offset, self.log_start_offset)
         raise StorageError(f"read of {self.dir} at offset {offset} kept racing with changes; retry")
 
     def _read(self, offset: int, max_bytes: int, max_offset: int | None,
-              max_records: int | None) -> ReadResult | None:
+              max_records: int | None, nowait: bool = False) -> ReadResult | None:
         """One attempt of ``read``; None when it raced with a change (retention, truncation) or
         found damage just recorded: the caller tries again."""
-        with self._lock:
+        if not self._lock.acquire(blocking=not nowait):
+            raise WouldBlock
+        try:
             self._check_open()
             start = self.log_start_offset
             end = self.next_offset
@@ -436,15 +457,19 @@ class PartitionLog:
                 return ReadResult(b"", offset, offset, 0, start, end)
             i = self._segment_for(offset)
             segments = self.segments[i:]
+        finally:
+            self._lock.release()
         for seg in segments:
             if seg.base_offset >= limit:
                 break
             try:
                 seg_size = self._readable_end(seg, damage)
-                pos, first = seg.find_position(offset, seg_size)
+                pos, first = seg.find_position(offset, seg_size, nowait=nowait)
             except (OSError, ValueError):
                 return None  # the segment was deleted by retention while we looked
             except CorruptRecord:
+                if nowait:
+                    raise WouldBlock from None
                 self.check_segment(seg)
                 return None
             if first is None:
@@ -455,7 +480,7 @@ class PartitionLog:
             chunk = size if max_records is None else min(size, max(first.size, READ_CHUNK))
             try:
                 while True:
-                    data = seg.pread(chunk, pos)
+                    data = seg.pread(chunk, pos, nowait=nowait)
                     taken = 0
                     count = 0
                     next_off = first.base_offset
@@ -478,9 +503,13 @@ class PartitionLog:
             except (OSError, ValueError):
                 return None
             except CorruptRecord:
+                if nowait:
+                    raise WouldBlock from None
                 self.check_segment(seg)
                 return None
             if first_bad_batch(memoryview(data)[:taken]) is not None:
+                if nowait:
+                    raise WouldBlock
                 self.check_segment(seg)
                 return None
             return ReadResult(data[:taken], first.base_offset, next_off if taken else offset, count,
@@ -594,7 +623,8 @@ class PartitionLog:
         return None if d is None else d.describe()
 
     def locate(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
-               payload_only: bool = False, _checked: bool = False, _retried: bool = False) -> FileSpan | None:
+               payload_only: bool = False, nowait: bool = False, _checked: bool = False,
+               _retried: bool = False) -> FileSpan | None:
         """Where the whole batches a read from ``offset`` would return lie in one segment file,
         without reading them: for zero-copy serving (``os.sendfile``) of stored bytes.
 
@@ -609,8 +639,13 @@ class PartitionLog:
         ``FileSpan.read_batch``'s); damage met quarantines the partition as in ``read``. A segment
         that cannot be read (deleted by retention meanwhile, an I/O error) is retried once from
         the segment list as it is then; a second failure is a StorageError.
+
+        ``nowait`` as for ``read``: WouldBlock for headers not in the page cache, the lock held
+        elsewhere, and every failure (the blocking call handles it).
         """
-        with self._lock:
+        if not self._lock.acquire(blocking=not nowait):
+            raise WouldBlock
+        try:
             self._check_open()
             start = self.log_start_offset
             end = self.next_offset
@@ -625,12 +660,14 @@ class PartitionLog:
             if offset >= limit:
                 return None
             segments = self.segments[self._segment_for(offset):]
+        finally:
+            self._lock.release()
         for seg in segments:
             if seg.base_offset >= limit:
                 break
             try:
                 seg_size = self._readable_end(seg, damage)
-                pos, first = seg.find_position(offset, seg_size)
+                pos, first = seg.find_position(offset, seg_size, nowait=nowait)
                 if first is None:
                     continue
                 batches: list[tuple[int, BatchHeader]] = []
@@ -640,19 +677,23 @@ class PartitionLog:
                     size = h.size - HEADER_SIZE if payload_only else h.size
                     if batches and (taken >= max_bytes if payload_only else taken + size > max_bytes):
                         break
+                    if nowait and len(batches) >= NOWAIT_MAX_BATCHES:
+                        raise WouldBlock  # a header read each: many is a thread's work
                     batches.append((pos, h))
                     taken += size
                     pos += h.size
-                    nxt = seg.header_at(pos) if pos < seg_size else None
+                    nxt = seg.header_at(pos, nowait=nowait) if pos < seg_size else None
                     # The CRC does not cover base offsets and lengths: a batch must follow the last.
                     if nxt is not None and (nxt.base_offset < h.next_offset or (
                             nxt.base_offset > h.next_offset and not nxt.sparse)):
                         raise CorruptRecord("offset gap")
                     h = nxt
-            except (OSError, ValueError) as exc:
-                return self._locate_again(seg, exc, offset, max_bytes, max_offset, payload_only,
-                                          _checked, _retried)
-            except CorruptRecord:
+            except (OSError, ValueError, CorruptRecord) as exc:
+                if nowait:
+                    raise WouldBlock from None
+                if not isinstance(exc, CorruptRecord):
+                    return self._locate_again(seg, exc, offset, max_bytes, max_offset, payload_only,
+                                              _checked, _retried)
                 if _checked:
                     raise StorageError(f"{seg.path} changed while it was read; retry") from None
                 self.check_segment(seg)  # quarantines, unless the walk raced with a change
@@ -663,6 +704,8 @@ class PartitionLog:
             try:
                 fd = seg.lease_fd(GRAVE_SECONDS)
             except (OSError, ValueError) as exc:
+                if nowait:
+                    raise WouldBlock from None
                 return self._locate_again(seg, exc, offset, max_bytes, max_offset, payload_only,
                                           _checked, _retried)
             return FileSpan(fd, tuple(batches), self, seg, limit)

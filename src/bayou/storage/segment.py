@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bayou.errors import CorruptRecord
 from bayou.records.batch import HEADER_SIZE, BatchHeader, decode_header
+from bayou.storage.cached import pread_cached
 from bayou.storage.handles import HandleCache, default_cache
 from bayou.storage.index import OffsetIndex, TimeIndex
 from bayou.storage.integrity import batch_fault
@@ -21,6 +22,7 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 _SCAN_CHUNK = 1 << 20
+_FIRST_SCAN = 16 * 1024  # four index intervals at the default 4 KiB
 
 
 def segment_name(base_offset: int) -> str:
@@ -115,8 +117,12 @@ class Segment:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def pread(self, size: int, position: int) -> bytes:
+    def pread(self, size: int, position: int, *, nowait: bool = False) -> bytes:
+        """``size`` bytes at ``position``. With ``nowait``, only from the page cache: raises
+        WouldBlock instead of waiting for the disk (for reads made on the event loop)."""
         with self.file.use() as fd:
+            if nowait:
+                return pread_cached(fd, size, position)
             return os.pread(fd, size, position)
 
     def lease_fd(self, seconds: float) -> int:
@@ -129,18 +135,22 @@ class Segment:
             if os.fstat(fd).st_size != self.size:
                 os.ftruncate(fd, self.size)
 
-    def header_at(self, position: int) -> BatchHeader:
-        return decode_header(self.pread(HEADER_SIZE, position))
+    def header_at(self, position: int, *, nowait: bool = False) -> BatchHeader:
+        return decode_header(self.pread(HEADER_SIZE, position, nowait=nowait))
 
-    def find_position(self, offset: int, end: int | None = None) -> tuple[int, BatchHeader | None]:
-        """Position of the batch that holds ``offset`` (or the first after it), and its header.
+    def find_position(self, offset: int, end: int | None = None, *,
+                      nowait: bool = False) -> tuple[int, BatchHeader | None]:
+        """Position of the batch that holds ``offset`` (or the first after it), and its header;
+        ``nowait`` as for ``pread``.
 
         Returns (size, None) when no batch at or after ``offset`` exists in this segment.
         """
         limit = self.size if end is None else end
         pos = self.index.lookup(max(0, offset - self.base_offset))
+        want = _FIRST_SCAN  # the batch is usually within an index interval of pos: read that first
         while pos < limit:
-            chunk = self.pread(min(_SCAN_CHUNK, limit - pos), pos)
+            chunk = self.pread(min(want, limit - pos), pos, nowait=nowait)
+            want = min(_SCAN_CHUNK, want * 4)
             p = 0
             while len(chunk) - p >= HEADER_SIZE:
                 h = decode_header(chunk, p)

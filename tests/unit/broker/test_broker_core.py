@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -210,3 +211,40 @@ async def test_fetch_max_records_is_batch_granular(broker: Broker) -> None:
     assert values(r.data, 1) == [b"0-b"] and r.next_offset == 2
     r = await broker.fetch("t", 0, 0, max_records=1)
     assert r.record_count == 2  # never less than one whole batch
+
+
+async def test_reads_at_the_tail_do_not_wait_for_the_io_threads(tmp_path: Path) -> None:
+    """A consumer at the tail reads bytes just written: they are in the page cache and are served
+    on the event loop (storage/cached.py), so a busy I/O pool (a slow disk, a large catch-up read)
+    does not delay them. Checked with every I/O thread blocked (fsync=never: an fsync=always
+    produce waits for an I/O thread by design)."""
+    broker = Broker(BrokerConfig(data_dir=tmp_path / "d", log=LogConfig(fsync=FsyncPolicy("never"))))
+    await broker.start()
+    try:
+        await _tail_reads_without_threads(broker)
+    finally:
+        await broker.stop()
+
+
+async def _tail_reads_without_threads(broker: Broker) -> None:
+    await broker.create_topic("t", 1)
+    await broker.produce("t", 0, batch(b"a", b"b"))
+    gate = threading.Event()
+    pool = broker._io
+    blockers = [pool.submit(gate.wait, 30) for _ in range(pool._max_workers)]
+    try:
+        r = await asyncio.wait_for(broker.fetch("t", 0, 0), 5)
+        assert values(r.data) == [b"a", b"b"]
+        span = await asyncio.wait_for(broker.locate("t", 0, 1), 5)
+        assert span is not None and span.batches[0][1].base_offset == 0
+        span.release()
+        waiting = asyncio.create_task(broker.fetch("t", 0, 2, max_wait_ms=10_000))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        await broker.produce("t", 0, batch(b"c"))
+        r = await asyncio.wait_for(waiting, 5)  # the long poll woke and read without a thread
+        assert values(r.data, 2) == [b"c"]
+    finally:
+        gate.set()
+        for f in blockers:
+            f.result(10)

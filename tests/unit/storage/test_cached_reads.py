@@ -1,0 +1,156 @@
+"""Reads on the event loop (storage/cached.py): ``pread_cached`` gives what ``os.pread`` gives or
+WouldBlock, never a different answer, and ``PartitionLog.read``/``locate`` with ``nowait`` return
+exactly what the blocking calls return whenever they answer."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bayou.errors import WouldBlock
+from bayou.records import Record, encode_batch
+from bayou.storage import LogConfig, PartitionLog, cached
+from bayou.storage.cached import MAX_BYTES, pread_cached
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> tuple[int, bytes]:
+    body = os.urandom(100_000)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    os.write(fd, body)
+    yield fd, body
+    os.close(fd)
+
+
+def test_cached_bytes_are_what_pread_returns(data_file: tuple[int, bytes]) -> None:
+    fd, body = data_file
+    for size, pos in ((100, 0), (1, 99_999), (5000, 98_000), (200, 100_000), (10, 200_000), (0, 5)):
+        assert pread_cached(fd, size, pos) == os.pread(fd, size, pos) == body[pos:pos + size]
+
+
+def test_a_read_larger_than_an_event_loop_copy_would_block(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / "big", os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, b"x" * (MAX_BYTES + 10))
+        assert len(pread_cached(fd, MAX_BYTES, 0)) == MAX_BYTES
+        with pytest.raises(WouldBlock):
+            pread_cached(fd, MAX_BYTES + 1, 0)
+        assert len(pread_cached(fd, MAX_BYTES + 1, 10)) == MAX_BYTES  # the file ends first
+    finally:
+        os.close(fd)
+
+
+def test_bytes_not_in_the_page_cache_would_block(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / "cold", os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, os.urandom(1 << 20))
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # clean pages: dropped from the cache
+        try:
+            os.preadv(fd, [bytearray(4096)], 512 * 1024, os.RWF_NOWAIT)
+            pytest.skip("this file system kept the pages cached (or has no RWF_NOWAIT)")
+        except BlockingIOError:
+            pass
+        with pytest.raises(WouldBlock):
+            pread_cached(fd, 4096, 512 * 1024 + 8192)
+        assert len(os.pread(fd, 4096, 512 * 1024 + 8192)) == 4096  # the blocking read still works
+    finally:
+        os.close(fd)
+
+
+def test_a_kernel_without_nowait_reads_makes_every_read_block(data_file: tuple[int, bytes],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    fd, _body = data_file
+    monkeypatch.setattr(cached, "_NOWAIT", cached._NOWAIT)  # restored after the test
+    calls: list[object] = []
+
+    def unsupported(*a: object) -> int:
+        calls.append(a)
+        raise OSError(errno.EOPNOTSUPP, "not supported")
+
+    monkeypatch.setattr(os, "preadv", unsupported)
+    for _ in range(3):
+        with pytest.raises(WouldBlock):
+            pread_cached(fd, 10, 0)
+    assert len(calls) == 1  # remembered: the loop hands every read to a thread from then on
+
+
+def _log(tmp_path: Path, sizes: list[int]) -> PartitionLog:
+    lg = PartitionLog(tmp_path / "p", LogConfig(segment_bytes=4096, index_interval_bytes=256))
+    for i, n in enumerate(sizes):
+        lg.append(encode_batch([Record(b"v%d-%d" % (i, j) + b"x" * (i % 50), timestamp=1000 + i)
+                                for j in range(n)]))
+    return lg
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 5), min_size=1, max_size=60), data=st.data())
+def test_nowait_read_and_locate_equal_the_blocking_ones(tmp_path_factory: pytest.TempPathFactory,
+                                                       sizes: list[int], data: st.DataObject) -> None:
+    lg = _log(tmp_path_factory.mktemp("log"), sizes)
+    try:
+        for _ in range(5):
+            offset = data.draw(st.integers(0, lg.next_offset))
+            max_bytes = data.draw(st.sampled_from([1, 100, 1000, 1 << 20]))
+            max_records = data.draw(st.sampled_from([None, 1, 3, 100]))
+            max_offset = data.draw(st.sampled_from([None, lg.next_offset, max(0, lg.next_offset - 3)]))
+            want = lg.read(offset, max_bytes, max_offset=max_offset, max_records=max_records)
+            got = lg.read(offset, max_bytes, max_offset=max_offset, max_records=max_records, nowait=True)
+            assert got == want
+            span = lg.locate(offset, max_bytes, max_offset=max_offset)
+            try:
+                quick = lg.locate(offset, max_bytes, max_offset=max_offset, nowait=True)
+            except WouldBlock:  # only for a span of more batches than an event-loop walk takes
+                assert span is not None and len(span.batches) >= 64
+                continue
+            assert (span is None) == (quick is None)
+            if span is not None and quick is not None:
+                assert quick.batches == span.batches and quick.limit == span.limit
+                quick.release()
+                span.release()
+    finally:
+        lg.close()
+
+
+def test_a_log_busy_in_another_thread_would_block(tmp_path: Path) -> None:
+    lg = _log(tmp_path, [2] * 10)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lg._lock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        held.wait(10)
+        with pytest.raises(WouldBlock):
+            lg.read(0, 1000, nowait=True)
+        with pytest.raises(WouldBlock):
+            lg.locate(0, 1000, nowait=True)
+    finally:
+        release.set()
+        t.join()
+    assert lg.read(0, 1000, nowait=True).record_count > 0
+    lg.close()
+
+
+def test_a_damaged_batch_is_left_to_the_blocking_read(tmp_path: Path) -> None:
+    """What needs the integrity checks (quarantine) is never decided on the event loop."""
+    lg = _log(tmp_path, [2] * 10)
+    seg = lg.segments[-1]
+    with open(seg.path, "r+b") as f:
+        f.seek(seg.size - 3)
+        f.write(b"\xff\xff\xff")  # the last batch's records: its CRC no longer matches
+    with pytest.raises(WouldBlock):
+        lg.read(lg.next_offset - 1, 1000, nowait=True)
+    lg.read(0, 1 << 20)  # the blocking read meets it and quarantines from that batch on
+    assert lg.damage is not None
+    lg.close()
