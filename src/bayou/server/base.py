@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from bayou.broker.authz import Caller, bind_caller, connection_principal
 from bayou.errors import InvalidConfig
 from bayou.server.tls import handshake_failure, peer_cn
+from bayou.server.writes import CoalescingWriter
 
 log = logging.getLogger("bayou.server")
 
@@ -145,7 +146,7 @@ class Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  limits: ConnectionLimits | None = None, budget: ByteBudget | None = None) -> None:
         self.reader = reader
-        self.writer = writer
+        self.writer: asyncio.StreamWriter = CoalescingWriter(writer)  # type: ignore[assignment]
         self.limits = limits or ConnectionLimits()
         self.budget = budget
         self._busy = 0

@@ -60,6 +60,9 @@ async def send_ranges(writer: asyncio.StreamWriter, file_fd: int, ranges: Sequen
     """Write ``(offset, length)`` ranges of ``file_fd`` on the connection, in order; returns the
     number of bytes sent. Everything written before is flushed first."""
     loop = asyncio.get_running_loop()
+    flush = getattr(writer, "flush", None)  # a CoalescingWriter's buffer goes first (writes.py)
+    if flush is not None:
+        flush()
     if writer.get_extra_info("sslcontext") is not None:  # encrypted: no sendfile
         chunks = await loop.run_in_executor(executor, _read_blocking, file_fd, list(ranges))
         writer.writelines(chunks)

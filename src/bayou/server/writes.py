@@ -1,0 +1,105 @@
+"""Replies written once per event-loop pass: ``CoalescingWriter`` wraps a connection's
+``asyncio.StreamWriter`` so the replies of the requests served in one pass of the event loop
+leave in one ``send`` instead of one each.
+
+A write syscall on a TCP socket is the largest cost of a small reply (on loopback the sender's
+send also runs the receiver's side of the stack). A client that pipelines, or several requests
+that one read brought, would otherwise cost one send per reply. Redis does the same: it writes
+the replies of one pass of its event loop before it sleeps.
+
+* ``write`` buffers; the buffer is handed to the transport by a callback scheduled with
+  ``call_soon`` when the first piece arrives, so it leaves after the requests already runnable in
+  this pass have been served, and never later than that: no timer.
+* ``drain`` keeps back-pressure: it hands the buffer over at once when it holds ``FLUSH_BYTES`` or
+  more (then waits as the transport's drain does), else it returns and the pass's callback sends
+  it.
+* ``flush`` hands the buffer over now (a sender that writes on the socket itself, zerocopy.py;
+  ``close``).
+
+Order is kept: every byte of the connection goes through the one buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+FLUSH_BYTES = 64 * 1024  # buffered past this, drain() sends at once and waits for the transport
+
+
+class CoalescingWriter:
+    """A ``StreamWriter`` whose writes leave once per event-loop pass (module docstring)."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._pieces: list[bytes | bytearray | memoryview] = []
+        self._size = 0
+        self._scheduled = False
+        self._loop = asyncio.get_running_loop()
+        self.transport = writer.transport
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        self._pieces.append(data)
+        self._size += len(data)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._send)
+
+    def writelines(self, data: Any) -> None:
+        for piece in data:
+            self.write(piece)
+
+    def _send(self) -> None:
+        self._scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Hand what is buffered to the transport now."""
+        pieces = self._pieces
+        if not pieces:
+            return
+        self._pieces = []
+        self._size = 0
+        if self._writer.transport.is_closing():
+            return  # the peer is gone: asyncio's writer would drop the bytes too
+        if len(pieces) == 1:
+            self._writer.write(pieces[0])
+        else:
+            self._writer.write(b"".join(pieces))
+
+    async def drain(self) -> None:
+        if self._size >= FLUSH_BYTES or self._writer.transport.is_closing():
+            self.flush()
+            await self._writer.drain()
+        elif not self._pieces:
+            await self._writer.drain()  # raises if the connection was lost, waits if paused
+
+    def close(self) -> None:
+        self.flush()
+        self._writer.close()
+
+    async def wait_closed(self) -> None:
+        await self._writer.wait_closed()
+
+    def is_closing(self) -> bool:
+        return self._writer.is_closing()
+
+    def can_write_eof(self) -> bool:
+        return self._writer.can_write_eof()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._writer.write_eof()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._writer.get_extra_info(name, default)
+
+    async def start_tls(self, *args: Any, **kwargs: Any) -> None:
+        self.flush()
+        await self._writer.start_tls(*args, **kwargs)
+        self.transport = self._writer.transport
+
+
+__all__ = ["FLUSH_BYTES", "CoalescingWriter"]

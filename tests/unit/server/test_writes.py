@@ -1,0 +1,137 @@
+"""server/writes.py over real sockets, on uvloop and on asyncio's own loop: the replies written in
+one pass of the event loop leave in one send, in order; drain keeps back-pressure; a zero-copy
+send after buffered bytes still comes after them; a connection the peer closed drops bytes
+quietly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import uvloop
+
+from bayou.server import zerocopy
+from bayou.server.writes import FLUSH_BYTES, CoalescingWriter
+
+Serve = Callable[[CoalescingWriter, list[bytes]], Awaitable[None]]
+
+
+async def _exchange(serve: Serve) -> tuple[bytes, list[bytes]]:
+    """Run ``serve`` on the server end of a loopback connection; (what the client read, what the
+    inner transport was handed, one item per transport write)."""
+    handed: list[bytes] = []
+    done = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        inner_write = writer.write
+
+        def spy(data: bytes) -> None:
+            handed.append(bytes(data))
+            inner_write(data)
+
+        writer.write = spy  # type: ignore[method-assign]
+        out = CoalescingWriter(writer)
+        try:
+            await serve(out, handed)
+        finally:
+            out.close()
+            done.set()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    data = await asyncio.wait_for(reader.read(-1), 30)
+    await asyncio.wait_for(done.wait(), 30)
+    writer.close()
+    server.close()
+    return data, handed
+
+
+def _run(loop_kind: str, coro: Awaitable[tuple[bytes, list[bytes]]]) -> tuple[bytes, list[bytes]]:
+    return (uvloop.run if loop_kind == "uvloop" else asyncio.run)(coro)  # type: ignore[arg-type]
+
+
+LOOPS = pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+
+
+@LOOPS
+def test_the_replies_of_one_pass_leave_in_one_send(loop_kind: str) -> None:
+    async def serve(out: CoalescingWriter, handed: list[bytes]) -> None:
+        for i in range(10):  # ten requests served without yielding: ten replies
+            out.write(b"reply%d;" % i)
+            await out.drain()  # below FLUSH_BYTES: returns at once
+        assert handed == []  # nothing sent yet: the pass is not over
+        await asyncio.sleep(0)  # the pass ends
+        await asyncio.sleep(0)
+        assert len(handed) == 1
+        out.write(b"later;")
+
+    data, handed = _run(loop_kind, _exchange(serve))
+    assert data == b"".join(b"reply%d;" % i for i in range(10)) + b"later;"
+    assert handed == [data[:-6], b"later;"]
+
+
+@LOOPS
+def test_drain_sends_a_large_buffer_at_once(loop_kind: str) -> None:
+    async def serve(out: CoalescingWriter, handed: list[bytes]) -> None:
+        out.write(b"a" * (FLUSH_BYTES - 1))
+        await out.drain()
+        assert handed == []
+        out.write(b"b")
+        await out.drain()  # FLUSH_BYTES reached: handed over before drain returns
+        assert [len(h) for h in handed] == [FLUSH_BYTES]
+
+    data, _handed = _run(loop_kind, _exchange(serve))
+    assert data == b"a" * (FLUSH_BYTES - 1) + b"b"
+
+
+@LOOPS
+def test_a_zero_copy_send_comes_after_the_buffered_bytes(tmp_path: Path, loop_kind: str) -> None:
+    path = tmp_path / "seg.log"
+    path.write_bytes(b"0123456789")
+    fd = os.open(path, os.O_RDONLY)
+
+    async def serve(out: CoalescingWriter, handed: list[bytes]) -> None:
+        zerocopy.prepare(out)  # type: ignore[arg-type]
+        out.write(b"HEAD")
+        await zerocopy.send_ranges(out, fd, [(2, 5)])  # type: ignore[arg-type]
+        out.write(b"TAIL")
+        await out.drain()
+
+    try:
+        data, _handed = _run(loop_kind, _exchange(serve))
+    finally:
+        os.close(fd)
+    assert data == b"HEAD23456TAIL"
+
+
+@LOOPS
+def test_bytes_for_a_closed_connection_are_dropped_quietly(loop_kind: str) -> None:
+    async def main() -> bool:
+        closed = asyncio.Event()
+        ok = asyncio.Event()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            out = CoalescingWriter(writer)
+            await reader.read()  # the client closed
+            writer.transport.abort()
+            out.write(b"too late")
+            await asyncio.sleep(0.01)  # the pass's send finds the transport closing
+            with contextlib.suppress(ConnectionError):  # what asyncio's drain raises once lost
+                await out.drain()
+            ok.set()
+            closed.set()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.close()
+        await asyncio.wait_for(closed.wait(), 10)
+        server.close()
+        return ok.is_set()
+
+    assert (uvloop.run if loop_kind == "uvloop" else asyncio.run)(main())
