@@ -10,7 +10,10 @@ codecs), one connection, one 100-byte message per request, requests pipelined:
 - **window**: 64 requests in flight, ``--requests`` in all: msg/s, and the broker's CPU per request
   (user + system time of its process over the run, from /proc);
 - **rate**: a steady ``--rate`` requests/s for ``--seconds`` (open loop): p50/p99 from when each
-  request was due to its acknowledgement.
+  request was due to its acknowledgement;
+- **end to end**: the same steady rate with a consumer waiting on the broker (Redis XREAD BLOCK,
+  a NATS JetStream push consumer, a Kafka Fetch long poll, a Cursus STREAM): p50/p99 from when
+  each message was sent to when the consumer had it (benchmarks/e2e_latency.py).
 
 Rows, with the durability of each:
 - Redis ``XADD`` to a stream: appendonly off (fsync never), then ``appendfsync always``;
@@ -46,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 
+import e2e_latency as e2e  # noqa: E402
 from pipeline_bench import Cursus, Kafka, Proto, Result, rate_run, window_run  # noqa: E402
 
 VALUE = b"x" * 100
@@ -194,20 +198,20 @@ def start_bayou(fsync: str, listener: str) -> Server:
                   port, "bayou", env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
 
 
-Row = tuple[str, str, Callable[[str], Server], Callable[[], Proto]]
+Row = tuple[str, str, Callable[[str], Server], Callable[[], Proto], Callable[[], e2e.System]]
 ROWS: list[Row] = [
-    ("redis XADD", "never", start_redis, RedisXadd),
-    ("nats jetstream", "never (timer)", start_nats, NatsJetStream),
-    ("bayou kafka", "never", lambda f: start_bayou(f, "kafka"), Kafka),
-    ("bayou cursus", "never", lambda f: start_bayou(f, "cursus"), Cursus),
-    ("redis XADD", "always", start_redis, RedisXadd),
-    ("bayou kafka", "always", lambda f: start_bayou(f, "kafka"), Kafka),
-    ("bayou cursus", "always", lambda f: start_bayou(f, "cursus"), Cursus),
+    ("redis XADD", "never", start_redis, RedisXadd, e2e.RedisXread),
+    ("nats jetstream", "never (timer)", start_nats, NatsJetStream, e2e.NatsJetStream),
+    ("bayou kafka", "never", lambda f: start_bayou(f, "kafka"), Kafka, e2e.KafkaFetch),
+    ("bayou cursus", "never", lambda f: start_bayou(f, "cursus"), Cursus, e2e.CursusStream),
+    ("redis XADD", "always", start_redis, RedisXadd, e2e.RedisXread),
+    ("bayou kafka", "always", lambda f: start_bayou(f, "kafka"), Kafka, e2e.KafkaFetch),
+    ("bayou cursus", "always", lambda f: start_bayou(f, "cursus"), Cursus, e2e.CursusStream),
 ]
 
 
 def measure(row: Row, args: argparse.Namespace) -> dict[str, float]:
-    _name, fsync, start, proto = row
+    _name, fsync, start, proto, system = row
     server = start(fsync.split()[0])
     try:
         cpu0 = _cpu_seconds(server.proc.pid)
@@ -223,6 +227,10 @@ def measure(row: Row, args: argparse.Namespace) -> dict[str, float]:
             if got is not None:
                 reached, lat = got
                 out.update(reached=reached, p50=_pct(lat, 0.5), p99=_pct(lat, 0.99))
+            seen, _sent = e2e.measure(system(), server.port, args.rate, args.seconds)
+            if seen.latencies:
+                out.update(e2e_p50=_pct(seen.latencies, 0.5), e2e_p99=_pct(seen.latencies, 0.99),
+                           e2e_lost=seen.total - len(seen.latencies))
         return out
     finally:
         server.stop()
@@ -259,21 +267,23 @@ def main() -> None:
     print(f"\none connection, one {len(VALUE)}-byte message per request, pipelined; medians of "
           f"{args.rounds} rounds")
     print(f"{'broker':<16} {'fsync':<15} {'window msg/s':>13} {'CPU/request':>12} {'p99 (window)':>13}"
-          f" {'at ' + format(args.rate, ',') + '/s: reached':>20} {'p50':>9} {'p99':>9}")
-    for i, (name, fsync, _s, _p) in enumerate(rows):
+          f" {'at ' + format(args.rate, ',') + '/s: reached':>20} {'p50':>9} {'p99':>9}"
+          f" {'end to end p50':>15} {'p99':>9}")
+    for i, (name, fsync, _s, _p, _e) in enumerate(rows):
         def f(key: str, fmt: str, i: int = i) -> str:
             v = med(i, key)
             return "-" if v is None else format(v, fmt)
         print(f"{name:<16} {fsync:<15} {f('window', ',.0f'):>13} {f('cpu_us', '.1f') + ' us':>12} "
               f"{f('w_p99', '.2f') + ' ms':>13} {f('reached', ',.0f'):>20} {f('p50', '.2f') + ' ms':>9} "
-              f"{f('p99', '.2f') + ' ms':>9}")
+              f"{f('p99', '.2f') + ' ms':>9} {f('e2e_p50', '.2f') + ' ms':>15} "
+              f"{f('e2e_p99', '.2f') + ' ms':>9}")
     # ratios: bayou against Redis at the same durability
     print("\nratios (bayou / redis, same fsync): window msg/s and CPU per request")
     for fsync in ("never", "always"):
         redis = next((i for i, r in enumerate(rows) if r[0] == "redis XADD" and r[1] == fsync), None)
         if redis is None:
             continue
-        for i, (name, f_, _s, _p) in enumerate(rows):
+        for i, (name, f_, _s, _p, _e) in enumerate(rows):
             ours, theirs = med(i, "window"), med(redis, "window")
             if not name.startswith("bayou") or f_ != fsync or not ours or not theirs:
                 continue

@@ -8,6 +8,7 @@ Phases (each reports msg/s, MB/s and the CPU seconds of this process and of the 
   client-send    Client.send() of ready batches (--batch values a call): the column-wise path
   fetch-arrow    Client.fetch_arrow() of everything back, --batch records a call
   consumer       Consumer.poll() records (Python objects per record) of a slice
+  newest         the newest message's latency: one message per ms, a consumer at the log end
 
     .venv/bin/python benchmarks/sdk_bench.py
     .venv/bin/python benchmarks/sdk_bench.py --messages 200000 --fsync always --profile producer
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -57,6 +59,7 @@ def main() -> None:
     ap.add_argument("--fsync", default="never", help="broker fsync policy (always|never|interval:MS)")
     ap.add_argument("--bootstrap", help="use a running broker's Iggy listener instead of starting one")
     ap.add_argument("--profile", metavar="PHASE", help="run PHASE under pyinstrument and print the profile")
+    ap.add_argument("--only", choices=["newest"], help="run only this phase")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bayou-sdk-bench-"))
@@ -165,6 +168,45 @@ def main() -> None:
                     got += len(c.poll(1000))
             return got
 
+        def newest() -> None:
+            """The newest message's latency: one message every 1 ms for 3 s (Client.send, its send
+            time in the value), a Consumer polling at the log end in a thread; from send to the
+            record returned by poll()."""
+            client.create_topic("bench-newest", 1)
+            lat: list[float] = []
+            total = 3000
+            done = threading.Event()
+
+            def consume_newest() -> None:
+                with Consumer(boot, auto_offset_reset="latest") as c:
+                    c.assign([TopicPartition("bench-newest", 0)])
+                    c.poll(10)  # the position: the log end
+                    ready.set()
+                    while len(lat) < total and not done.is_set():
+                        for r in c.poll(1000):
+                            lat.append(time.perf_counter() - float(r.value or b"0"))
+
+            ready = threading.Event()
+            t = threading.Thread(target=consume_newest)
+            t.start()
+            ready.wait(20)
+            sender = Client(boot)
+            start = time.perf_counter()
+            for i in range(total):
+                time.sleep(max(0.0, start + i / 1000 - time.perf_counter()))
+                sender.send("bench-newest", 0, [repr(time.perf_counter()).encode()])
+            t.join(10)
+            done.set()
+            sender.close()
+            lat.sort()
+            if lat:
+                p50, p99 = lat[len(lat) // 2] * 1000, lat[int(len(lat) * 0.99)] * 1000
+                print(f"{'newest message':<15} {len(lat):>10,} of {total:,} at 1,000/s: from send to "
+                      f"poll() p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1] * 1000:.1f} ms", flush=True)
+
+        if args.only == "newest":
+            newest()
+            return
         phase("producer", produce_plain)
         phase("producer-keyed", produce_keyed)
         phase("producer-lz4", lambda: produce_compressed("lz4"))
@@ -172,6 +214,7 @@ def main() -> None:
         phase("client-send", client_send)
         phase("fetch-arrow", fetch)
         phase("consumer", consume)
+        newest()
         client.close()
     finally:
         if proc is not None:
