@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bayou.client import Client
 from behaviour.adapters import CursusAdapter, IggyAdapter, TankAdapter, V1Adapter
 from behaviour.harness import connected
 from support.brokers import BrokerProcess
@@ -284,3 +285,20 @@ def test_every_other_protocol_reads_the_records_and_never_a_marker(broker: Broke
             return [(x.offset, x.value) for x in await r.fetch_all(topic, 0)]
 
     assert asyncio.run(read()) == [(0, b"c1"), (1, b"c2"), (3, b"a1")]
+
+
+def test_a_wait_for_messages_is_not_ended_by_a_trailing_marker(broker: BrokerProcess) -> None:
+    """The SDK consumer's wait at the broker (WAIT_FOR_MESSAGES) counts records, not markers: a
+    consumer past the last record of a committed transaction waits instead of being woken at
+    once, again and again, by the marker after it."""
+    topic = name()
+    create(broker, topic)
+    p = producer(broker, name("id"))
+    p.begin_transaction()
+    p.produce(topic, b"c1", partition=0)
+    p.commit_transaction(30)  # the record at 0, the marker at 1
+    with Client(f"127.0.0.1:{broker.iggy_port}") as c:
+        assert c.wait_for_messages({topic: {0: 0}}, 5000) == 1
+        started = time.monotonic()
+        assert c.wait_for_messages({topic: {0: 1}}, 300) == 0
+        assert time.monotonic() - started >= 0.25

@@ -47,7 +47,7 @@ def value(samples: Samples, name: str, **labels: str | int) -> float:
     """The sample ``name`` with exactly these labels (KeyError naming what exists otherwise)."""
     key = (name, frozenset((k, str(v)) for k, v in labels.items()))
     if key not in samples:
-        have = sorted(dict(lbl) for n, lbl in samples if n == name)  # type: ignore[type-var]
+        have = sorted(str(dict(sorted(lbl))) for n, lbl in samples if n == name)
         raise KeyError(f"no {name}{labels}; present: {have}")
     return samples[key]
 

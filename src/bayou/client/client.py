@@ -109,6 +109,13 @@ class Client:
         result: pa.RecordBatch = self.run(op)
         return result
 
+    def wait_for_messages(self, positions: dict[str, dict[int, int]], max_wait_ms: int) -> int:
+        """Block until a partition of ``positions`` (topic -> partition -> next offset to read)
+        holds a message at or past that offset, or ``max_wait_ms`` passes (at most 30 s); how
+        many do. A server-side wait: bayou's extension of Iggy's protocol (WAIT_FOR_MESSAGES)."""
+        result: int = self.run(ops.wait_for_messages(self.resolver, positions, max_wait_ms))
+        return result
+
     def send(self, topic: str, partition: int, values: Sequence[bytes | None],
              keys: Sequence[bytes | None] | None = None, headers: Sequence[HeaderList] | None = None,
              message_ids: Sequence[int] | None = None, *, compression: str | Compression = "none") -> None:

@@ -20,6 +20,9 @@ from bayou.client.client import Client
 from bayou.client.errors import BayouClientError
 from bayou.client.tls import TlsConfig
 from bayou.protocols.iggy import messages as m
+from bayou.protocols.iggy.codes import Status
+
+WAIT_SLICE_S = 1.0  # the longest one wait at the broker lasts (positions and assignment are re-read)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -84,6 +87,7 @@ class Consumer:
         self._next_commit = time.monotonic() + self.auto_commit_s
         self._rr = 0
         self._member_id: int | None = None
+        self._server_wait = True  # until the broker answers WAIT_FOR_MESSAGES as unknown
 
     def __enter__(self) -> Consumer:
         return self
@@ -219,8 +223,28 @@ class Consumer:
             left = deadline - time.monotonic()
             if out or left <= 0:
                 return out
+            if self._server_wait and self._assigned and self._wait(left):
+                continue
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.1)
+
+    def _wait(self, left: float) -> bool:
+        """Wait at the broker until an assigned partition has a record past its position (at most
+        ``left`` seconds, and no longer than the next rebalance check); False when the broker has
+        no such wait (not bayou, or an older one: the consumer then polls on a timer)."""
+        positions: dict[str, dict[int, int]] = {}
+        for tp in self._assigned:
+            positions.setdefault(tp.topic, {})[tp.partition] = self.position(tp)
+        if self._subscribed:
+            left = min(left, max(0.0, self._next_check - time.monotonic()))
+        try:
+            self.client.wait_for_messages(positions, max(1, int(min(left, WAIT_SLICE_S) * 1000)))
+        except BayouClientError as exc:
+            if exc.status != Status.INVALID_COMMAND:
+                raise
+            self._server_wait = False
+            return False
+        return True
 
     def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
         return [r for b in self.poll_arrow(timeout_ms, max_records) for r in records_of(b)]

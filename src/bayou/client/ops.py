@@ -23,6 +23,7 @@ from bayou.client.errors import BayouClientError, UnknownPartitionError, Unknown
 from bayou.client.wire import HeaderList, polled_to_arrow, send_frame
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codes import Status
+from bayou.protocols.iggy.wire import U32
 from bayou.records.compression import Compression
 
 T = TypeVar("T")
@@ -219,6 +220,19 @@ def fetch_arrow(r: Resolver, topic: str, partition: int, offset: int, max_record
     batch, _current = polled_to_arrow(payload, topic, partition, end_offset=end_offset,
                                       include_headers=include_headers)
     return batch
+
+
+def wait_for_messages(r: Resolver, positions: dict[str, dict[int, int]], max_wait_ms: int) -> Op[int]:
+    """bayou's WAIT_FOR_MESSAGES: once any partition of ``positions`` (topic -> partition -> the
+    offset a poll would read next) holds a message at or past it, or after ``max_wait_ms``: how
+    many do. A broker without the extension answers INVALID_COMMAND (a BayouClientError)."""
+    topics = []
+    for topic, parts in positions.items():
+        addr = yield from r.address(topic)
+        topics.append(m.WaitTopic(*addr, tuple(sorted(parts.items()))))
+    payload = yield Raw(encode(m.WaitForMessages(max_wait_ms, tuple(topics))), "wait for messages")
+    ready: int = U32.unpack_from(payload)[0]
+    return ready
 
 
 def send(r: Resolver, topic: str, partition: int, values: Sequence[bytes | None],

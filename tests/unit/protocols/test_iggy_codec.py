@@ -9,7 +9,7 @@ import pytest
 
 from bayou.protocols.iggy import codec
 from bayou.protocols.iggy import messages as m
-from bayou.protocols.iggy.codes import Command, EvictionReason, Operation, Status
+from bayou.protocols.iggy.codes import NON_REPLICATED_COMMANDS, Command, EvictionReason, Operation, Status
 from bayou.protocols.iggy.framing import (
     Dialect,
     IggyError,
@@ -18,6 +18,7 @@ from bayou.protocols.iggy.framing import (
     VsrFrameReader,
     request_checksum,
 )
+from bayou.protocols.iggy.wire import enc_identifier
 
 S, T, G = m.Identifier("orders"), m.Identifier(7), m.Identifier("workers")
 NUM_S, NUM_T, NUM_G = m.Identifier(1), m.Identifier(2), m.Identifier(3)
@@ -59,6 +60,7 @@ LEGACY_AND_VSR: list[m.Request] = [
 ]
 
 LEGACY_ONLY: list[m.Request] = [
+    m.WaitForMessages(500, (m.WaitTopic(S, T, ((0, 3), (1, 0))),)),  # bayou's extension
     m.LoginUser("iggy", "iggy", "0.10.0", None), m.LoginUser("admin", "secret", None, "ctx"),
     m.LoginWithToken("token-value"),
     m.StoreConsumerOffset(CONSUMER, S, T, 1, 42), m.DeleteConsumerOffset(GROUP, S, T, None),
@@ -418,3 +420,40 @@ def test_cluster_metadata_exact_bytes() -> None:
     assert codec.encode_reply(reply, Dialect.LEGACY) == (
         struct.pack("<I", 1) + b"c" + struct.pack("<I", 1) + struct.pack("<I", 1) + b"n"
         + struct.pack("<I", 1) + b"1" + struct.pack("<HHHHBB", 8090, 8080, 3000, 8092, 0, 0))
+
+
+# -- bayou's WAIT_FOR_MESSAGES (10100) ------------------------------------------------------------
+
+
+def test_wait_for_messages_round_trips_on_the_legacy_transport() -> None:
+    req = m.WaitForMessages(750, (
+        m.WaitTopic(m.Identifier("s"), m.Identifier(7), ((0, 5), (3, 2**63))),
+        m.WaitTopic(m.Identifier(1), m.Identifier("t"), ()),
+    ))
+    frame = codec.encode_request_frame(req, Dialect.LEGACY)
+    size, code = struct.unpack_from("<II", frame)
+    assert code == 10_100 and size == len(frame) - 4
+    assert codec.decode_request(Dialect.LEGACY, code, frame[8:]) == req
+    # the layout: u32 wait, u32 topics, then Identifiers, u32 count, (u32 partition, u64 offset)
+    assert frame[8:16] == struct.pack("<II", 750, 2)
+
+
+def test_wait_for_messages_is_refused_where_iggy_has_no_such_command() -> None:
+    payload = codec.encode_request_frame(m.WaitForMessages(0, ()), Dialect.LEGACY)[8:]
+    with pytest.raises(IggyError) as seed:  # the design document's dialect lists its commands
+        codec.decode_request(Dialect.SEED, Command.WAIT_FOR_MESSAGES, payload)
+    assert seed.value.status == Status.INVALID_COMMAND
+    assert Command.WAIT_FOR_MESSAGES not in NON_REPLICATED_COMMANDS  # nor in VSR framing
+
+
+@pytest.mark.parametrize("payload", [
+    b"",
+    struct.pack("<II", 0, 1),  # a topic announced, none there
+    struct.pack("<I", 0) + struct.pack("<I", 0) + b"x",  # trailing bytes
+    struct.pack("<II", 0, 1) + enc_identifier(m.Identifier("s")) + enc_identifier(m.Identifier("t"))
+    + struct.pack("<I", 10_001),  # more partitions than a wait may list: refused before reading them
+])
+def test_malformed_waits_are_invalid_command(payload: bytes) -> None:
+    with pytest.raises(IggyError) as info:
+        codec.decode_request(Dialect.LEGACY, Command.WAIT_FOR_MESSAGES, payload)
+    assert info.value.status == Status.INVALID_COMMAND

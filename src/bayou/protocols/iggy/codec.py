@@ -388,6 +388,28 @@ def _consumer_prefix(r: Reader, dialect: Dialect
     return consumer, stream, topic, r.optional_partition()
 
 
+WAIT_MAX_PARTITIONS = 10_000  # partitions one WaitForMessages may list
+
+
+def _wait(payload: bytes, dialect: Dialect) -> m.Request:
+    """u32 max wait (ms), u32 topic count, then per topic: stream and topic Identifiers, u32
+    partition count, and (u32 partition, u64 offset) each."""
+    r = Reader(payload)
+    max_wait = r.u32()
+    topics = []
+    listed = 0
+    for _ in range(r.u32()):
+        stream, topic = r.identifier(), r.identifier()
+        n = r.u32()
+        listed += n
+        if listed > WAIT_MAX_PARTITIONS:
+            raise IggyError(Status.INVALID_COMMAND,
+                            f"a wait lists more than {WAIT_MAX_PARTITIONS} partitions")
+        topics.append(m.WaitTopic(stream, topic, tuple((r.u32(), r.u64()) for _ in range(n))))
+    r.done()
+    return m.WaitForMessages(max_wait, tuple(topics))
+
+
 def _poll(payload: bytes, dialect: Dialect) -> m.Request:
     r = Reader(payload)
     consumer, stream, topic, partition = _consumer_prefix(r, dialect)
@@ -584,6 +606,7 @@ DECODERS: Mapping[Command, Decoder] = MappingProxyType({
     Command.LOGIN_WITH_PERSONAL_ACCESS_TOKEN: _login_with_token,
     Command.LOGIN_REGISTER_WITH_PAT: _login_register_with_token,
     Command.POLL_MESSAGES: _poll,
+    Command.WAIT_FOR_MESSAGES: _wait,
     Command.SEND_MESSAGES: _send,
     Command.FLUSH_UNSAVED_BUFFER: _flush,
     Command.GET_CONSUMER_OFFSET: _get_offset,
@@ -799,6 +822,9 @@ ENCODERS: Mapping[type, Encoder] = MappingProxyType({
     m.PollMessages: lambda q, d: (_enc_consumer_prefix(q.consumer, q.stream, q.topic, q.partition_id, d)
                                   + enc_strategy(q.strategy) + U32.pack(q.count) + U8.pack(q.auto_commit)),
     m.SendMessages: _enc_send,
+    m.WaitForMessages: lambda q, d: U32.pack(q.max_wait_ms) + U32.pack(len(q.topics)) + b"".join(
+        enc_identifier(t.stream) + enc_identifier(t.topic) + U32.pack(len(t.partitions))
+        + b"".join(U32.pack(p) + U64.pack(o) for p, o in t.partitions) for t in q.topics),
     m.FlushUnsavedBuffer: lambda q, d: (enc_identifier(q.stream) + enc_identifier(q.topic)
                                         + U32.pack(q.partition_id) + U8.pack(q.fsync)),
     m.GetConsumerOffset: lambda q, d: _enc_consumer_prefix(q.consumer, q.stream, q.topic, q.partition_id, d),

@@ -51,6 +51,9 @@ class Command(enum.IntEnum):
     POLL_MESSAGES = 100
     SEND_MESSAGES = 101
     FLUSH_UNSAVED_BUFFER = 102
+    # bayou's extension (not Iggy's; a real Iggy server answers it INVALID_COMMAND): wait until
+    # one of the listed partitions has messages at or past an offset (bayou's SDK consumer)
+    WAIT_FOR_MESSAGES = 10_100
     # consumer offsets
     GET_CONSUMER_OFFSET = 120
     STORE_CONSUMER_OFFSET = 121
@@ -180,9 +183,11 @@ OPERATION_OF: Mapping[Command, Operation] = MappingProxyType(_invert(COMMAND_OF_
 """The operation a V client uses for a command; a command absent here travels as NON_REPLICATED."""
 
 NON_REPLICATED_COMMANDS: frozenset[Command] = frozenset(
-    c for c in Command if c not in OPERATION_OF and c not in LOGIN_COMMANDS)
+    c for c in Command
+    if c not in OPERATION_OF and c not in LOGIN_COMMANDS and c is not Command.WAIT_FOR_MESSAGES)
 """Codes that may ride operation 2 (iggy.md C.5). The legacy logins are not among them: VSR has no
-legacy login, a V client logs in with operation 1."""
+legacy login, a V client logs in with operation 1. Nor is bayou's WAIT_FOR_MESSAGES: an extension
+for bayou's SDK, which speaks the legacy transport."""
 
 RESULT_FRAMED: frozenset[Operation] = frozenset(
     {op for op in Operation if 128 <= op <= 149}

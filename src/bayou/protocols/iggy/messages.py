@@ -538,6 +538,27 @@ class PollMessages:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitTopic:
+    """One topic of a WaitForMessages: (partition, offset) pairs."""
+
+    stream: Identifier
+    topic: Identifier
+    partitions: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitForMessages:
+    """bayou's extension (command 10100, the legacy transport only): answer once any listed
+    partition holds a message at or past its offset, or after ``max_wait_ms``. The reply is a u32:
+    how many of the listed partitions have such messages (0: the wait ended without any). The
+    client then polls them with POLL_MESSAGES: the long poll Iggy's protocol lacks."""
+
+    max_wait_ms: int
+    topics: tuple[WaitTopic, ...]
+    command: ClassVar[Command] = Command.WAIT_FOR_MESSAGES
+
+
+@dataclass(frozen=True, slots=True)
 class SendMessages:
     stream: Identifier
     topic: Identifier
@@ -788,7 +809,7 @@ class Unsupported:
 
 Request = (
     Ping | GetStats | GetClusterMetadata | GetMe | GetClient | GetClients | GetUser | GetUsers
-    | DeleteUser | CreateUser | UpdateUser | UpdatePermissions | ChangePassword | LoginUser
+    | WaitForMessages | DeleteUser | CreateUser | UpdateUser | UpdatePermissions | ChangePassword | LoginUser
     | LoginWithToken | LoginRegister | LoginRegisterWithToken | LogoutUser
     | GetPersonalAccessTokens | CreatePersonalAccessToken | DeletePersonalAccessToken | PollMessages
     | SendMessages | FlushUnsavedBuffer | GetConsumerOffset | StoreConsumerOffset

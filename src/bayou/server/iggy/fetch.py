@@ -9,6 +9,7 @@ mode a broker holding no replica of the partition reads at its leader.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from bayou.broker.window import Stored, window
@@ -16,9 +17,11 @@ from bayou.errors import NotLeader
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.batches import POLL_PREFIX
 from bayou.protocols.iggy.codec import encode_reply
+from bayou.protocols.iggy.codes import Status
 from bayou.protocols.iggy.convert import micros, record_to_polled
-from bayou.protocols.iggy.framing import Dialect
+from bayou.protocols.iggy.framing import Dialect, IggyError
 from bayou.protocols.iggy.stored import legacy_messages, legacy_messages_uniform, vsr_record
+from bayou.protocols.iggy.wire import U32
 from bayou.records.batch import HEADER_SIZE, BatchHeader, iter_batches
 from bayou.records.iggy import FORMAT_IGGY, append_time_us, frame_positions, frame_stride
 from bayou.records.model import Record
@@ -28,6 +31,8 @@ from bayou.server.iggy.groups import GroupHandlers
 from bayou.server.workers import decode_stored
 
 POLL_MAX_BYTES = 64 * 1024 * 1024
+WAIT_MAX_MS = 30_000  # the longest WAIT_FOR_MESSAGES holds a connection
+REMOTE_WAIT_MS = 100  # ... when a listed partition is read at another broker (cluster mode)
 
 
 class FetchHandlers:
@@ -106,6 +111,47 @@ class FetchHandlers:
             assert isinstance(parts, list)
             return m.PolledMessages(out_pid, current, tuple(parts))
         return POLL_PREFIX.pack(out_pid, current, count) + b"".join(parts)
+
+    async def wait(self, s: Session, req: m.WaitForMessages) -> bytes:
+        """bayou's WAIT_FOR_MESSAGES (messages.WaitForMessages): a u32, how many of the listed
+        partitions hold messages at or past their offset, once one does or ``max_wait_ms``
+        (at most WAIT_MAX_MS) has passed. Partitions are checked as POLL_MESSAGES checks them
+        (the topic resolved, ``poll`` permitted, the partition existing). In cluster mode a
+        partition this broker holds no replica of cannot be waited on here: the wait is then
+        cut to REMOTE_WAIT_MS, so the client polls it at its leader that often."""
+        listed: list[tuple[str, int, int]] = []
+        remote = False
+        for t in req.topics:
+            stream, topic = await self.ctx.resolve(t.stream, t.topic)
+            self.ctx.permit(s, "poll", stream.id, topic.id)
+            for partition_id, offset in t.partitions:
+                p = self.ctx.partition_in(s, partition_id)
+                if p is None:
+                    raise IggyError(Status.PARTITION_NOT_FOUND, f"partition {partition_id}")
+                self.ctx.check_partition(topic, p)
+                try:
+                    self.broker.check_readable(topic.topic, p)
+                except NotLeader:
+                    remote = True
+                    continue
+                await self.broker.known_records_end(topic.topic, p)
+                listed.append((topic.topic, p, offset))
+        wait_s = min(req.max_wait_ms, WAIT_MAX_MS, REMOTE_WAIT_MS if remote else WAIT_MAX_MS) / 1000
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while True:
+            # registered before the ends are read: an append in between still wakes the wait
+            waiters = self.broker.data_waiters((t, p) for t, p, _o in listed) if wait_s > 0 else []
+            try:
+                # past the last record, not the high watermark: Kafka transaction markers at the
+                # end are nothing a poll returns, and would end every wait at once
+                ready = sum(1 for t, p, offset in listed if self.broker.records_end(t, p) > offset)
+                left = deadline - asyncio.get_running_loop().time()
+                if ready or left <= 0 or not waiters or self.broker.closing:
+                    return U32.pack(ready)
+                await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for fut in waiters:
+                    fut.cancel()
 
     async def _read(self, topic: str, p: int, out_pid: int, start: int, count: int, hw: int,
                     dialect: Dialect, not_before_us: int, *, remote: bool = False,

@@ -1,0 +1,148 @@
+"""bayou's WAIT_FOR_MESSAGES (an extension of Iggy's legacy transport, command 10100) and the SDK
+consumer on it (issue 18, item 4), against a real broker subprocess: a wait ends when a listed
+partition gets a record, at once when one is there, empty at its deadline; bad requests get
+Iggy's statuses on a connection that stays usable; ``Consumer.poll`` waits at the broker instead
+of polling on a timer."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bayou.client import BayouClientError, Client, Consumer, TopicPartition, UnknownTopicError
+from bayou.protocols.iggy import messages as m
+from bayou.protocols.iggy.codes import Command, Status
+from support.brokers import BrokerProcess
+from support.http import scrape, value
+from support.iggy import legacy_login
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    data = tmp_path_factory.mktemp("wait") / "data"
+    data.mkdir()
+    b = BrokerProcess(data).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _boot(broker: BrokerProcess) -> str:
+    return f"127.0.0.1:{broker.iggy_port}"
+
+
+def _in_thread(fn: object) -> tuple[threading.Thread, list[object]]:
+    out: list[object] = []
+    t = threading.Thread(target=lambda: out.append(fn()))  # type: ignore[operator]
+    t.start()
+    return t, out
+
+
+def test_a_wait_ends_when_a_listed_partition_gets_a_record(broker: BrokerProcess) -> None:
+    with Client(_boot(broker)) as waiter, Client(_boot(broker)) as sender:
+        waiter.create_topic("wait-one", 2)
+        started = time.monotonic()
+        t, out = _in_thread(lambda: waiter.wait_for_messages({"wait-one": {0: 0, 1: 0}}, 20_000))
+        time.sleep(0.3)
+        assert not out, "the wait ended with nothing to read"
+        sender.send("wait-one", 1, [b"v"])
+        t.join(15)
+        assert out == [1]  # partition 1 has a record at or past offset 0; partition 0 none
+        assert time.monotonic() - started < 15  # woken by the send, not by the 20 s deadline
+
+
+def test_a_wait_ends_at_once_when_a_record_is_there(broker: BrokerProcess) -> None:
+    with Client(_boot(broker)) as c:
+        c.create_topic("wait-there", 3)
+        c.send("wait-there", 0, [b"a", b"b"])
+        c.send("wait-there", 2, [b"c"])
+        started = time.monotonic()
+        assert c.wait_for_messages({"wait-there": {0: 1, 1: 0, 2: 0}}, 20_000) == 2
+        assert c.wait_for_messages({"wait-there": {0: 2, 2: 1}}, 300) == 0  # both read to the end
+        assert time.monotonic() - started < 10
+
+
+def test_a_wait_with_nothing_ends_empty_at_its_deadline(broker: BrokerProcess) -> None:
+    with Client(_boot(broker)) as c:
+        c.create_topic("wait-empty", 1)
+        started = time.monotonic()
+        assert c.wait_for_messages({"wait-empty": {0: 0}}, 400) == 0
+        assert time.monotonic() - started >= 0.35
+
+
+def test_bad_waits_get_iggy_statuses_and_the_connection_stays(broker: BrokerProcess) -> None:
+    with Client(_boot(broker)) as c:
+        c.create_topic("wait-bad", 1)
+        with pytest.raises(UnknownTopicError):
+            c.wait_for_messages({"wait-no-such-topic": {0: 0}}, 100)
+        with pytest.raises(BayouClientError) as info:
+            c.wait_for_messages({"wait-bad": {5: 0}}, 100)
+        assert info.value.status == Status.PARTITION_NOT_FOUND
+        c.send("wait-bad", 0, [b"still here"])
+        assert c.wait_for_messages({"wait-bad": {0: 0}}, 100) == 1
+
+
+async def _raw_waits(port: int) -> list[int]:
+    conn = await legacy_login(port)
+    try:
+        await conn.call(m.CreateStream("wait-raw"))
+        await conn.call(m.CreateTopic(m.Identifier("wait-raw"), "t", 1))
+        good = conn.frame(m.WaitForMessages(0, (m.WaitTopic(m.Identifier("wait-raw"), m.Identifier("t"),
+                                                            ((0, 0),)),)))
+        truncated = await conn.ask_code(Command.WAIT_FOR_MESSAGES, good[8:-3])
+        too_many = await conn.ask_code(Command.WAIT_FOR_MESSAGES, struct.pack("<II", 0, 1)
+                                       + good[16:-16] + struct.pack("<I", 10_001))
+        trailing = await conn.ask_code(Command.WAIT_FOR_MESSAGES, good[8:] + b"x")
+        after = await conn.ask_raw(good)
+        return [truncated.status, too_many.status, trailing.status, after.status,
+                struct.unpack("<I", after.payload)[0]]
+    finally:
+        await conn.close()
+
+
+def test_malformed_waits_are_invalid_command(broker: BrokerProcess) -> None:
+    truncated, too_many, trailing, after, ready = asyncio.run(_raw_waits(broker.iggy_port))
+    assert truncated == too_many == trailing == Status.INVALID_COMMAND
+    assert (after, ready) == (0, 0)  # the same connection answers the next wait
+
+
+def _requests(broker: BrokerProcess, name: str) -> float:
+    try:
+        return value(scrape(broker.http_port), "bayou_requests_total", protocol="iggy", request=name)
+    except KeyError:  # not requested yet
+        return 0.0
+
+
+def test_the_consumer_waits_at_the_broker_and_gets_a_record_at_once(broker: BrokerProcess) -> None:
+    with Client(_boot(broker)) as admin:
+        admin.create_topic("wait-consumer", 2)
+    consumer = Consumer(_boot(broker), auto_offset_reset="latest")
+    try:
+        consumer.assign([TopicPartition("wait-consumer", 0), TopicPartition("wait-consumer", 1)])
+        assert consumer.poll(timeout_ms=50) == []  # positions known (the log end)
+        polls, waits = _requests(broker, "POLL_MESSAGES"), _requests(broker, "WAIT_FOR_MESSAGES")
+        assert consumer.poll(timeout_ms=1500) == []
+        # one wait of at most a second and a poll after each: not a poll every 5-100 ms
+        assert _requests(broker, "POLL_MESSAGES") - polls <= 2 * 3
+        assert _requests(broker, "WAIT_FOR_MESSAGES") - waits >= 1
+
+        def send_later() -> None:
+            time.sleep(0.3)
+            with Client(_boot(broker)) as sender:
+                sender.send("wait-consumer", 1, [b"hello"])
+
+        t = threading.Thread(target=send_later)
+        started = time.monotonic()
+        t.start()
+        got = consumer.poll(timeout_ms=20_000)
+        t.join(10)
+        assert [(r.partition, r.value) for r in got] == [(1, b"hello")]
+        assert time.monotonic() - started < 10
+    finally:
+        consumer.close()
