@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
+import operator
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +24,10 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 _SCAN_CHUNK = 1 << 20
-_FIRST_SCAN = 16 * 1024  # four index intervals at the default 4 KiB
+_FIRST_SCAN = 16 * 1024  # the most a lookup reads first (four index intervals at the default)
+_NEAR_SCAN = 1024  # ... from a batch appended lately (the offset is in it or a few batches on)
+_RECENT = 64  # batches whose positions a segment remembers beyond its index (at most twice this)
+_BASE = operator.itemgetter(0)
 
 
 def segment_name(base_offset: int) -> str:
@@ -68,6 +73,11 @@ class Segment:
         # or any after a clean stop): in memory the segment ends there; the file is left as it is
         # for `bayou verify --repair`, and nothing is ever appended to it.
         self.damage: tuple[int, str] | None = None
+        # (base offset, position) of the batches appended last, oldest first: a reader at the
+        # tail finds its batch here instead of scanning headers from the last index point. The
+        # list is replaced, never cut in place, so a reader in another thread holding it stays
+        # consistent (appends only add at its end).
+        self._recent: list[tuple[int, int]] = []
 
     # -- appending -----------------------------------------------------------------------------
 
@@ -88,6 +98,10 @@ class Segment:
                 view = view[n:]
         self.size += header.size
         self._bytes_since_index += header.size
+        recent = self._recent
+        if len(recent) >= 2 * _RECENT:
+            recent = self._recent = recent[_RECENT:]
+        recent.append((header.base_offset, pos))
         self.next_offset = header.next_offset
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
@@ -147,7 +161,14 @@ class Segment:
         """
         limit = self.size if end is None else end
         pos = self.index.lookup(max(0, offset - self.base_offset))
-        want = _FIRST_SCAN  # the batch is usually within an index interval of pos: read that first
+        # the batch lies within an index interval of pos: read that much first (a larger batch
+        # is read on), or a little when a batch appended lately holds the offset
+        want = min(_FIRST_SCAN, self.index_interval_bytes + HEADER_SIZE)
+        recent = self._recent
+        if recent and offset >= recent[0][0]:
+            near = recent[bisect.bisect_right(recent, offset, key=_BASE) - 1][1]
+            if near >= pos:
+                pos, want = near, _NEAR_SCAN
         while pos < limit:
             chunk = self.pread(min(want, limit - pos), pos, nowait=nowait)
             want = min(_SCAN_CHUNK, want * 4)
@@ -283,6 +304,7 @@ class Segment:
             # Quarantine, not truncation: acknowledged data past the damage may still be saved
             # from the file (or a replica); the partition log reports it and stays offline.
             self.damage = (result.valid_end, result.error)
+            self._recent = [(b, p) for b, p in self._recent if p < result.valid_end]
             self.size = result.valid_end
             self.index.truncate_to_position(result.valid_end)
             last_rel = self.index.rel_offsets[-1] if self.index.rel_offsets else 0
@@ -313,6 +335,7 @@ class Segment:
         return True
 
     def truncate_to_position(self, position: int) -> None:
+        self._recent = [(b, p) for b, p in self._recent if p < position]
         with self.file.use() as fd:
             os.ftruncate(fd, position)
             os.fsync(fd)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from bayou.errors import WouldBlock
 from bayou.records import Record, encode_batch
+from bayou.records.batch import iter_batches
 from bayou.storage import LogConfig, PartitionLog, cached
 from bayou.storage.cached import MAX_BYTES, pread_cached
 
@@ -154,3 +155,37 @@ def test_a_damaged_batch_is_left_to_the_blocking_read(tmp_path: Path) -> None:
     lg.read(0, 1 << 20)  # the blocking read meets it and quarantines from that batch on
     assert lg.damage is not None
     lg.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(1, 4), min_size=1, max_size=200), cut=st.integers(0, 199),
+       data=st.data())
+def test_a_segment_finds_recent_batches_where_its_index_does(tmp_path_factory: pytest.TempPathFactory,
+                                                             sizes: list[int], cut: int,
+                                                             data: st.DataObject) -> None:
+    """The positions of the last batches appended (remembered past the sparse index, so a reader
+    at the tail needs no header scan) give what a scan from the index gives, also after the
+    segment was cut back (a follower's truncation)."""
+    lg = _log(tmp_path_factory.mktemp("seg"), sizes)
+    seg = lg.segments[-1]
+    try:
+        batches = list(iter_batches(seg.pread(seg.size, 0)))
+        if cut < len(batches):  # cut back, then appended to again: other batches at those offsets
+            lg.truncate_to(batches[cut][1].base_offset)
+            for i in range(3):
+                lg.append(encode_batch([Record(b"after-%d" % i, timestamp=5000 + i)] * (i + 1)))
+            seg = lg.segments[-1]
+        # what it remembers are batch starts of the segment as it is now, in order
+        starts = {pos: h.base_offset for pos, h in iter_batches(seg.pread(seg.size, 0))}
+        assert all(starts.get(pos) == base for base, pos in seg._recent)
+        assert seg._recent == sorted(seg._recent)
+        for _ in range(10):
+            offset = data.draw(st.integers(seg.base_offset, lg.next_offset + 2))
+            remembered = seg._recent
+            seg._recent = []  # the index alone
+            want = seg.find_position(offset)
+            seg._recent = remembered
+            assert seg.find_position(offset) == want
+            assert seg.find_position(offset, nowait=True) == want
+    finally:
+        lg.close()
