@@ -331,6 +331,11 @@ class Broker:
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
         return await self.fetch_path.offset_for_timestamp(topic, partition, timestamp)
 
+    async def first_batch_base(self, topic: str, partition: int) -> int | None:
+        """The base offset of the first stored batch (the one holding the log start); None while
+        the partition stores nothing."""
+        return await self.fetch_path.first_batch_base(topic, partition)
+
     # -- roles and follower progress, V1 (roles.py) --------------------------------------------
 
     async def set_partition_role(self, topic: str, partition: int, role: str) -> int:

@@ -115,6 +115,16 @@ class FetchPath:
                 self.ctx.io, lambda: part.log.locate(offset, max_bytes, max_offset=part.high_watermark,
                                                   payload_only=payload_only))
 
+    async def first_batch_base(self, topic: str, partition: int) -> int | None:
+        """The base offset of the partition's first stored batch (None while it stores none)."""
+        self.ctx.authorize("poll", topic)
+        part = await self.ctx.ready_partition(topic, partition)
+        self._check_replica(part)
+        try:  # remembered, or a header in the page cache
+            return part.log.first_batch_base(nowait=True)
+        except WouldBlock:
+            return await asyncio.get_running_loop().run_in_executor(self.ctx.io, part.log.first_batch_base)
+
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
         self.ctx.authorize("poll", topic)
         part = await self.ctx.ready_partition(topic, partition)

@@ -104,21 +104,11 @@ def last_assigned(broker: Broker, topic: str, partition: int) -> int:
 
 
 async def first_available(broker: Broker, topic: str, partition: int) -> int:
-    while True:
-        start, hw = broker.partition_bounds(topic, partition)
-        if start >= hw:
-            return 0 if hw == 0 else hw + 1
-        try:
-            span = await broker.locate(topic, partition, start, max_bytes=1)
-            break
-        except OffsetOutOfRange:
-            if broker.partition_bounds(topic, partition)[0] == start:
-                raise
-            # retention removed that segment while it was located: look up the new start
-    if span is None:
-        return 0
-    span.release()
-    return span.batches[0][1].base_offset + 1
+    start, hw = broker.partition_bounds(topic, partition)
+    if start >= hw:
+        return 0 if hw == 0 else hw + 1
+    base = await broker.first_batch_base(topic, partition)
+    return 0 if base is None else base + 1
 
 
 async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: bytes,

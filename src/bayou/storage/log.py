@@ -156,6 +156,7 @@ class PartitionLog:
         # quarantined, offline for appends and for reads from ``damage.offset`` on.
         self.damage: Damage | None = None
         self._truncations = 0  # changes that rewrite bytes (check_segment must not race with them)
+        self._first_base: tuple[tuple[int, int, int], int] | None = None  # first_batch_base's
         self._load(recover)
 
     # -- opening -------------------------------------------------------------------------------
@@ -710,6 +711,31 @@ class PartitionLog:
                                           _checked, _retried)
             return FileSpan(fd, tuple(batches), self, seg, limit)
         return None
+
+    def first_batch_base(self, *, nowait: bool = False) -> int | None:
+        """The base offset of the batch holding the log start (None while nothing is stored):
+        TANK's first available sequence, asked on every consume. Remembered until the log's
+        first segment or start changes (retention, a purge) or a truncation rewrites bytes;
+        ``nowait`` as for ``locate``."""
+        for _attempt in range(3):
+            first = self.segments[0]
+            key = (first.base_offset, self._truncations, id(first))
+            cached = self._first_base
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            try:
+                span = self.locate(first.base_offset, 1, nowait=nowait)
+            except OffsetOutOfRange:
+                if self.segments[0] is first:
+                    raise
+                continue  # retention removed that segment meanwhile: the new first one
+            if span is None:
+                return None
+            span.release()
+            base = span.batches[0][1].base_offset
+            self._first_base = (key, base)
+            return base
+        raise StorageError(f"the start of {self.dir} kept moving while it was read; retry")
 
     def _locate_again(self, seg: Segment, exc: Exception, offset: int, max_bytes: int,
                       max_offset: int | None, payload_only: bool, checked: bool,

@@ -84,3 +84,24 @@ def test_locate_retries_a_failed_segment_once(lg: PartitionLog, monkeypatch: pyt
     with pytest.raises(StorageError):
         lg.locate(5, 200)
     assert failures["left"] == 10**6 - 2
+
+
+def test_the_first_batch_base_follows_retention_purge_and_truncation(tmp_path: Path) -> None:
+    """TANK's first available sequence comes from ``first_batch_base``, remembered between calls:
+    it must follow every change of the log's start."""
+    lg = PartitionLog(tmp_path / "p", CFG)
+    assert lg.first_batch_base() is None
+    for i in range(40):
+        lg.append(batch(i))
+    assert lg.first_batch_base() == lg.first_batch_base(nowait=True) == 0
+    lg.delete_oldest_segments(1)  # retention
+    assert lg.first_batch_base() == lg.log_start_offset > 0
+    start = lg.log_start_offset
+    lg.truncate_to(start + 2)  # a follower cut back, then written again: the first batch stays
+    lg.append(batch(50))
+    assert lg.first_batch_base() == start
+    lg.purge()
+    assert lg.first_batch_base() is None
+    lg.append(batch(99))
+    assert lg.first_batch_base() == lg.log_start_offset
+    lg.close()

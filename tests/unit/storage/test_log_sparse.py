@@ -127,3 +127,14 @@ def test_retention_by_segment_count_applies_as_segments_roll(tmp_path: Path) -> 
 def test_retention_segments_must_keep_two() -> None:
     with pytest.raises(InvalidConfig):
         LogConfig(retention_segments=1)
+
+
+def test_the_first_batch_base_of_a_log_that_starts_with_a_gap(tmp_path: Path) -> None:
+    """TANK's first available sequence when the first bundle was placed past the log start."""
+    lg = PartitionLog(tmp_path / "p", LogConfig())
+    lg.append(sparse(2, 4), at_offset=7)
+    assert lg.log_start_offset == 0 and lg.first_batch_base() == 7
+    lg.truncate_to(0)  # cut back to nothing, then another bundle further on
+    lg.append(sparse(1, 1), at_offset=12)
+    assert lg.first_batch_base() == 12
+    lg.close()
