@@ -50,7 +50,7 @@ from bayou.protocols.kafka.codes import (
     ApiKey,
     VersionRange,
 )
-from bayou.protocols.kafka.fast import encode_produce_response
+from bayou.protocols.kafka.fast import encode_fetch_response, encode_produce_response
 from bayou.protocols.kafka.framing import MAX_REQUEST_SIZE, FrameReader, KafkaError
 from bayou.protocols.kafka.records import check_produced, for_kafka
 from bayou.protocols.scram import ScramExchange, ScramFailure
@@ -137,6 +137,10 @@ class KafkaService:
             return None
         if header.api_key == ApiKey.PRODUCE and fields.keys() == {"responses"}:
             fast = encode_produce_response(header.api_version, header.correlation_id, fields["responses"])
+            if fast is not None:
+                return fast
+        elif header.api_key == ApiKey.FETCH:
+            fast = encode_fetch_response(header.api_version, header.correlation_id, fields)
             if fast is not None:
                 return fast
         body = build(codec.response_schema(header.api_key, header.api_version), **fields)

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
-from bayou.protocols.kafka.fast import encode_produce_response
+from bayou.protocols.kafka.fast import encode_fetch_response, encode_produce_response
 from bayou.protocols.kafka.framing import RequestHeader
 
 VERSIONS = range(SUPPORTED[ApiKey.PRODUCE].min, SUPPORTED[ApiKey.PRODUCE].max + 1)
@@ -45,3 +45,38 @@ def test_what_it_does_not_write_is_left_to_kio() -> None:
     leader = [{"name": "t", "partition_responses": [{"index": 0, "current_leader": {"leader_id": 1}}]}]
     assert encode_produce_response(10, 1, leader) is None
     assert encode_produce_response(2, 1, []) is None
+
+
+FETCH_VERSIONS = range(SUPPORTED[ApiKey.FETCH].min, SUPPORTED[ApiKey.FETCH].max + 1)
+
+fetch_partition = st.fixed_dictionaries(
+    {"partition_index": st.integers(0, 1 << 20),
+     "high_watermark": st.integers(-1, 1 << 62), "last_stable_offset": st.integers(-1, 1 << 62),
+     "log_start_offset": st.integers(-1, 1 << 62), "preferred_read_replica": st.just(-1),
+     "records": st.none() | st.binary(max_size=300)},
+    optional={"error_code": st.sampled_from([ErrorCode(c) for c in (0, 1, 3, 6, 74)]),
+              "aborted_transactions": st.lists(st.fixed_dictionaries(
+                  {"producer_id": st.integers(0, 1 << 62), "first_offset": st.integers(0, 1 << 62)}),
+                  max_size=3)})
+fetch_topics = st.lists(st.fixed_dictionaries({"topic": st.text(min_size=1, max_size=12),
+                                               "partitions": st.lists(fetch_partition, max_size=3)}),
+                        max_size=3)
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+@given(responses=fetch_topics, correlation_id=st.integers(0, (1 << 31) - 1))
+def test_the_fast_fetch_response_is_kios(version: int, correlation_id: int,
+                                         responses: list[dict[str, object]]) -> None:
+    fields = {"session_id": 0, "responses": responses}
+    header = RequestHeader(ApiKey.FETCH, version, correlation_id, "t",
+                           codec.request_is_flexible(ApiKey.FETCH, version), 0)
+    want = codec.encode_response(header, build(codec.response_schema(ApiKey.FETCH, version), **fields))
+    assert encode_fetch_response(version, correlation_id, fields) == want
+
+
+def test_a_fetch_response_it_does_not_write_is_left_to_kio() -> None:
+    hint = {"responses": [{"topic": "t", "partitions": [{"partition_index": 0,
+                                                         "current_leader": {"leader_id": 1}}]}]}
+    assert encode_fetch_response(12, 1, hint) is None
+    assert encode_fetch_response(12, 1, {"error_code": 1, "responses": []}) is None
+    assert encode_fetch_response(13, 1, {"responses": []}) is None

@@ -1,5 +1,6 @@
-"""Produce responses written directly, without kio's entities: the response to the request every
-producer sends most, at every version bayou serves (3-12).
+"""Produce and Fetch responses written directly, without kio's entities: the responses to the
+requests producers and consumers send most, at every version bayou serves (Produce 3-12, Fetch
+4-12).
 
 kio builds a frozen dataclass per partition and topic and walks its schema to write them; for a
 one-partition Produce that is most of the response's cost. ``encode_produce_response`` writes the
@@ -11,6 +12,13 @@ Layout (Kafka's ProduceResponse): responses [name, partition_responses [index i1
 i64, log_append_time i64 (v2+), log_start_offset i64 (v5+), record_errors (v8+), error_message
 (v8+), tagged fields (v9+)], tagged fields (v9+)], throttle_time_ms i32, tagged fields (v9+).
 Arrays and strings are compact (unsigned varint of length + 1) from v9 on.
+
+Fetch (Kafka's FetchResponse, v4-12): throttle_time_ms i32, error_code i16 and session_id i32
+(v7+), responses [topic, partitions [partition_index i32, error_code i16, high_watermark i64,
+last_stable_offset i64, log_start_offset i64 (v5+), aborted_transactions nullable [producer_id
+i64, first_offset i64, tagged fields (v12+)], preferred_read_replica i32 (v11+), records nullable
+bytes, tagged fields (v12+)], tagged fields (v12+)], tagged fields (v12+); flexible from v12. The
+records are the stored batches, appended as they are: the one copy is the frame's.
 """
 
 from __future__ import annotations
@@ -91,4 +99,69 @@ def encode_produce_response(version: int, correlation_id: int,
     return bytes(out)
 
 
-__all__ = ["encode_produce_response"]
+_FETCH_PART = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, last_stable_offset
+_ABORTED = struct.Struct(">qq")
+FETCH_FIRST_FLEXIBLE = 12
+FETCH_KNOWN = frozenset({"partition_index", "error_code", "high_watermark", "last_stable_offset",
+                         "log_start_offset", "preferred_read_replica", "records", "aborted_transactions"})
+
+
+def _bytes(data: bytes | None, flexible: bool) -> bytes:
+    if data is None:
+        return b"\0" if flexible else b"\xff\xff\xff\xff"
+    return _uvarint(len(data) + 1) if flexible else _I32.pack(len(data))
+
+
+def encode_fetch_response(version: int, correlation_id: int, fields: dict[str, Any]) -> bytes | None:
+    """The whole Fetch response frame (size included), or None when ``fields`` hold something
+    this writer leaves to kio (a top-level error, a leader or epoch hint, node endpoints)."""
+    if not 4 <= version <= 12 or not fields.keys() <= {"session_id", "responses"}:
+        return None
+    flexible = version >= FETCH_FIRST_FLEXIBLE
+    out = bytearray(_HEAD.size)
+    if flexible:
+        out += b"\0"
+    out += _I32.pack(0)  # throttle_time_ms
+    if version >= 7:
+        out += _I16.pack(0) + _I32.pack(fields.get("session_id", 0))
+    responses = fields.get("responses", ())
+    out += _count(len(responses), flexible)
+    for topic in responses:
+        if topic.keys() != {"topic", "partitions"}:
+            return None
+        out += _string(topic["topic"], flexible)
+        parts = topic["partitions"]
+        out += _count(len(parts), flexible)
+        for p in parts:
+            if not p.keys() <= FETCH_KNOWN:
+                return None
+            out += _FETCH_PART.pack(p["partition_index"], int(p.get("error_code", 0)),
+                                    p.get("high_watermark", 0), p.get("last_stable_offset", 0))
+            if version >= 5:
+                out += _I64.pack(p.get("log_start_offset", 0))
+            aborted = p.get("aborted_transactions", ())
+            if aborted is None:
+                out += b"\0" if flexible else b"\xff\xff\xff\xff"
+            else:
+                out += _count(len(aborted), flexible)
+                for a in aborted:
+                    out += _ABORTED.pack(a["producer_id"], a["first_offset"])
+                    if flexible:
+                        out += b"\0"
+            if version >= 11:
+                out += _I32.pack(p.get("preferred_read_replica", 0))
+            records = p.get("records")
+            out += _bytes(records, flexible)
+            if records:
+                out += records
+            if flexible:
+                out += b"\0"
+        if flexible:
+            out += b"\0"
+    if flexible:
+        out += b"\0"
+    _HEAD.pack_into(out, 0, len(out) - 4, correlation_id)
+    return bytes(out)
+
+
+__all__ = ["encode_fetch_response", "encode_produce_response"]
