@@ -9,11 +9,13 @@ follow Kafka's convention (the next offset to read); Iggy stores the last consum
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from bayou.client import ops
 from bayou.client.client import Client
@@ -43,16 +45,26 @@ class ConsumerRecord:
 
 
 def records_of(batch: pa.RecordBatch) -> list[ConsumerRecord]:
-    """The rows of a ``KAFKA_SCHEMA`` batch as records."""
-    cols = batch.to_pydict()
-    out = []
-    for i in range(batch.num_rows):
-        ts = cols["timestamp"][i]
-        out.append(ConsumerRecord(cols["topic"][i], cols["partition"][i], cols["offset"][i],
-                                  int(ts.timestamp() * 1000) if ts is not None else 0, cols["key"][i],
-                                  cols["value"][i],
-                                  tuple((h["key"], h["value"]) for h in cols["headers"][i] or ())))
-    return out
+    """The rows of a ``KAFKA_SCHEMA`` batch as records, converted column by column: integers and
+    bytes straight from Arrow's buffers, the timestamp as integer microseconds (no datetime per
+    row), headers only when the batch has any."""
+    n = batch.num_rows
+    if not n:
+        return []
+    col = batch.column
+    names = batch.schema.names
+    micros = pc.cast(col(names.index("timestamp")), pa.int64()).to_pylist()
+    ts = [0 if t is None else t // 1000 for t in micros]
+    headers_col = col(names.index("headers"))
+    if len(pc.list_flatten(headers_col)) == 0:
+        headers: Iterable[tuple[tuple[str, bytes | None], ...]] = itertools.repeat((), n)
+    else:
+        headers = [tuple((h["key"], h["value"]) for h in row) if row else ()
+                   for row in headers_col.to_pylist()]
+    return list(map(ConsumerRecord, col(names.index("topic")).to_pylist(),
+                    col(names.index("partition")).to_pylist(), col(names.index("offset")).to_pylist(),
+                    ts, col(names.index("key")).to_pylist(), col(names.index("value")).to_pylist(),
+                    headers))
 
 
 class Consumer:
