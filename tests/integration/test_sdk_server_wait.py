@@ -76,6 +76,16 @@ def test_a_wait_with_nothing_ends_empty_at_its_deadline(broker: BrokerProcess) -
         assert time.monotonic() - started >= 0.35
 
 
+def test_a_wait_on_nothing_takes_its_time(broker: BrokerProcess) -> None:
+    """A wait that lists no partition (or, in cluster mode, only partitions read at other brokers)
+    still lasts its time: a client looping on it does not spin."""
+    with Client(_boot(broker)) as c:
+        c.create_topic("wait-nothing", 1)
+        started = time.monotonic()
+        assert c.wait_for_messages({"wait-nothing": {}}, 300) == 0
+        assert time.monotonic() - started >= 0.25
+
+
 def test_bad_waits_get_iggy_statuses_and_the_connection_stays(broker: BrokerProcess) -> None:
     with Client(_boot(broker)) as c:
         c.create_topic("wait-bad", 1)

@@ -13,6 +13,8 @@ from bayou.broker.partition import Partition
 from bayou.errors import NotLeader, OffsetOutOfRange, WouldBlock
 from bayou.storage import FileSpan
 
+YIELD_AFTER_BYTES = 64 * 1024  # a read on the event loop this large yields to the loop after it
+
 
 class FetchPath:
     def __init__(self, ctx: BrokerContext) -> None:
@@ -63,6 +65,9 @@ class FetchPath:
                     except WouldBlock:
                         r = await loop.run_in_executor(self.ctx.io, self._read, part, offset, max_bytes,
                                                        hw, max_records)
+                    else:
+                        if r is not None and len(r.data) >= YIELD_AFTER_BYTES:
+                            await asyncio.sleep(0)  # a loop of such reads (a backlog) lets others run
                     if r is None and offset < part.log.log_start_offset:
                         continue  # retention removed the segment meanwhile: check the new start
                     if r is not None and (len(r.data) >= min_bytes or time.monotonic() >= deadline):

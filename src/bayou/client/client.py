@@ -112,7 +112,9 @@ class Client:
     def wait_for_messages(self, positions: dict[str, dict[int, int]], max_wait_ms: int) -> int:
         """Block until a partition of ``positions`` (topic -> partition -> next offset to read)
         holds a message at or past that offset, or ``max_wait_ms`` passes (at most 30 s); how
-        many do. A server-side wait: bayou's extension of Iggy's protocol (WAIT_FOR_MESSAGES)."""
+        many do. A server-side wait: bayou's extension of Iggy's protocol (WAIT_FOR_MESSAGES).
+        The wait is cut to half the connection's ``timeout``, so the reply comes before it."""
+        max_wait_ms = min(max_wait_ms, int(self.conn.timeout * 500))
         result: int = self.run(ops.wait_for_messages(self.resolver, positions, max_wait_ms))
         return result
 

@@ -10,9 +10,9 @@ the replies of one pass of its event loop before it sleeps.
 * ``write`` buffers; the buffer is handed to the transport by a callback scheduled with
   ``call_soon`` when the first piece arrives, so it leaves after the requests already runnable in
   this pass have been served, and never later than that: no timer.
-* ``drain`` keeps back-pressure: it hands the buffer over at once when it holds ``FLUSH_BYTES`` or
-  more (then waits as the transport's drain does), else it returns and the pass's callback sends
-  it.
+* ``drain`` keeps back-pressure: it hands the buffer over at once, and waits as asyncio's drain
+  does, when it holds ``FLUSH_BYTES`` or more or when the transport still holds bytes the socket
+  did not take (a peer that does not keep up); else it returns and the pass's callback sends it.
 * ``flush`` hands the buffer over now (a sender that writes on the socket itself, zerocopy.py;
   ``close``).
 
@@ -70,7 +70,11 @@ class CoalescingWriter:
             self._writer.write(b"".join(pieces))
 
     async def drain(self) -> None:
-        if self._size >= FLUSH_BYTES or self._writer.transport.is_closing():
+        transport = self._writer.transport
+        if (self._size >= FLUSH_BYTES or transport.get_write_buffer_size()
+                or transport.is_closing()):
+            # a large buffer, or a peer that does not keep up (the transport holds what the
+            # socket did not take): hand it over and wait as asyncio's drain does
             self.flush()
             await self._writer.drain()
         elif not self._pieces:

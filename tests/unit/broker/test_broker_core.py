@@ -248,3 +248,32 @@ async def _tail_reads_without_threads(broker: Broker) -> None:
         gate.set()
         for f in blockers:
             f.result(10)
+
+
+async def test_a_backlog_read_from_the_page_cache_lets_other_tasks_run(tmp_path: Path) -> None:
+    """Reads served on the event loop never wait: a reader going through a cached backlog in large
+    reads yields to the loop after each one, so other connections are served meanwhile."""
+    broker = Broker(BrokerConfig(data_dir=tmp_path / "d", log=LogConfig(fsync=FsyncPolicy("never"))))
+    await broker.start()
+    try:
+        await broker.create_topic("t", 1)
+        for _ in range(40):
+            await broker.produce("t", 0, batch(*[b"x" * 1000] * 100))  # 40 x 100 KB, cached
+        ticks = 0
+
+        async def other() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0)
+                ticks += 1
+
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        offset, reads, before = 0, 0, ticks
+        while offset < 4000:
+            r = await broker.fetch("t", 0, offset, max_bytes=200_000)
+            offset, reads = r.next_offset, reads + 1
+        task.cancel()
+        assert reads >= 10 and ticks - before >= reads - 1
+    finally:
+        await broker.stop()

@@ -135,3 +135,43 @@ def test_bytes_for_a_closed_connection_are_dropped_quietly(loop_kind: str) -> No
         return ok.is_set()
 
     assert (uvloop.run if loop_kind == "uvloop" else asyncio.run)(main())
+
+
+@LOOPS
+def test_a_peer_that_does_not_read_stops_the_writer(loop_kind: str) -> None:
+    """Back-pressure holds with small replies too: a handler that writes 1 KiB, drains and yields,
+    again and again, to a peer that reads nothing, ends up waiting in ``drain`` with a bounded
+    buffer (a drain that found its small buffer not yet sent used to return at once, and the
+    transport buffer grew without end); once the peer reads, it goes on."""
+
+    async def main() -> tuple[int, int, bool]:
+        written = 0
+        largest = 0
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal written, largest
+            out = CoalescingWriter(writer)
+            for _ in range(20_000):
+                out.write(b"r" * 1024)
+                await out.drain()
+                await asyncio.sleep(0)  # the pass ends: the buffer goes to the transport
+                written += 1024
+                largest = max(largest, writer.transport.get_write_buffer_size())
+            out.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        r, w = await asyncio.open_connection("127.0.0.1", port, limit=1 << 16)
+        await asyncio.sleep(1.0)  # the peer reads nothing meanwhile
+        stalled_at = written
+        got = 0
+        while chunk := await asyncio.wait_for(r.read(1 << 16), 20):
+            got += len(chunk)
+        w.close()
+        server.close()
+        return stalled_at, largest, got == 20_000 * 1024
+
+    stalled_at, largest, all_read = (uvloop.run if loop_kind == "uvloop" else asyncio.run)(main())
+    assert stalled_at < 8 * 1024 * 1024  # it stopped long before writing the 20 MiB
+    assert largest <= 1024 * 1024  # the transport never held more than its limits allow
+    assert all_read

@@ -197,6 +197,8 @@ class ConsumeHandlers:
                 elif now >= next_commit:
                     next_commit = now + STREAM_COMMIT_S
                 await conn.writer.drain()
+                if count:  # a backlog read from the page cache never waits: let others run
+                    await asyncio.sleep(0)
         except asyncio.CancelledError:
             reason = "replaced" if self.streams.get(key) is not asyncio.current_task() else "stopped"
             raise

@@ -137,6 +137,9 @@ class FetchHandlers:
                 await self.broker.known_records_end(topic.topic, p)
                 listed.append((topic.topic, p, offset))
         wait_s = min(req.max_wait_ms, WAIT_MAX_MS, REMOTE_WAIT_MS if remote else WAIT_MAX_MS) / 1000
+        if not listed:  # nothing to wait on here (none listed, or all read at other brokers)
+            await asyncio.sleep(wait_s)  # the time asked: a client looping on it does not spin
+            return U32.pack(0)
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
             # registered before the ends are read: an append in between still wakes the wait
