@@ -197,8 +197,8 @@ class ConsumeHandlers:
                 elif now >= next_commit:
                     next_commit = now + STREAM_COMMIT_S
                 await conn.writer.drain()
-                if count:  # a backlog read from the page cache never waits: let others run
-                    await asyncio.sleep(0)
+                if count >= limit:  # a full batch: a backlog, read from the page cache without a
+                    await asyncio.sleep(0)  # wait; let the loop's other work run between batches
         except asyncio.CancelledError:
             reason = "replaced" if self.streams.get(key) is not asyncio.current_task() else "stopped"
             raise
