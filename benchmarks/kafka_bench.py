@@ -11,8 +11,9 @@ Prints figures; never passes or fails. Targets from the issue (100-byte messages
 One broker subprocess per fsync policy (``bayou serve --kafka HOST:PORT --tank HOST:PORT``, every
 other listener off). The producer is timed from its first ``produce()`` to the end of ``flush()``
 (every delivery report in); the consumer from ``subscribe`` to the last message of the topic. The
-latency run stamps each message with ``time.perf_counter_ns()`` at ``produce()`` and measures in
-the consumer's thread of the same process when ``consume()`` hands it over.
+latency run stamps each message with ``time.perf_counter_ns()`` (CLOCK_MONOTONIC, one clock for
+the machine) at ``produce()``; the consumer, in a process of its own, measures when ``poll()`` hands
+the message over.
 
 Tansu, the Kafka-API broker in Rust the issue names as a peer: the PyPI name ``tansu`` (1.0.0) is
 now an unrelated project (Soroban versioning), so no Tansu column; ``--peer HOST:PORT`` runs the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -136,48 +138,67 @@ def consume(bootstrap: str, topic: str, messages: int) -> float:
     return messages / elapsed
 
 
-def latency(bootstrap: str, topic: str, rate: int, seconds: float, size: int) -> list[float]:
-    """End-to-end latencies (ms) of messages produced one per request at ``rate`` msg/s."""
-    total = int(rate * seconds)
+LATENCY_CONSUMER = "--latency-consumer"
+
+
+def _latency_consumer(bootstrap: str, topic: str, total: int) -> None:
+    """The latency run's consumer, in a process of its own (``LATENCY_CONSUMER``): a group member
+    long-polling with fetch.wait.max.ms 500. Prints READY once assigned, then one JSON list of
+    latencies (ms) on its last line."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{uuid.uuid4().hex[:8]}",
+                  "auto.offset.reset": "latest", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 500, "fetch.min.bytes": 1, "fetch.error.backoff.ms": 0})
+    assigned = threading.Event()
+    c.subscribe([topic], on_assign=lambda _c, _p: assigned.set())
     lat: list[float] = []
-    ready = threading.Event()
-    done = threading.Event()
-
-    def consumer() -> None:
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{uuid.uuid4().hex[:8]}",
-                      "auto.offset.reset": "latest", "enable.auto.commit": False,
-                      "fetch.wait.max.ms": 500, "fetch.min.bytes": 1, "fetch.error.backoff.ms": 0})
-        c.subscribe([topic], on_assign=lambda _c, _p: ready.set())
-        while not done.is_set() and len(lat) < total:
-            m = c.poll(0.1)
-            if m is None or m.error() is not None:
-                continue
-            now = time.perf_counter_ns()
-            lat.append((now - int.from_bytes(m.value()[:8], "big")) / 1e6)
-        c.close()
-
-    t = threading.Thread(target=consumer, daemon=True)
-    t.start()
-    if not ready.wait(30):
-        raise SystemExit("the latency consumer got no assignment")
-    time.sleep(1.0)  # the first fetch is in flight before the clock starts (its offset reset done)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1})
-    pad = b"x" * max(0, size - 8)
-    start = time.perf_counter()
-    for i in range(total):
-        due = start + i / rate
-        while (now := time.perf_counter()) < due:
-            if due - now > 0.0005:
-                time.sleep(0.0002)
-        p.produce(topic, time.perf_counter_ns().to_bytes(8, "big") + pad)
-        p.poll(0)
-    p.flush(30)
-    deadline = time.monotonic() + 10
+    told = False
+    deadline = time.monotonic() + 120
     while len(lat) < total and time.monotonic() < deadline:
-        time.sleep(0.01)
-    done.set()
-    t.join(10)
-    return lat
+        m = c.poll(0.1)
+        if assigned.is_set() and not told:
+            print("READY", flush=True)
+            told = True
+        if m is None or m.error() is not None:
+            continue
+        now = time.perf_counter_ns()  # CLOCK_MONOTONIC: one clock for every process of the machine
+        lat.append((now - int.from_bytes((m.value() or b"")[:8], "big")) / 1e6)
+    c.close()
+    print(json.dumps(lat), flush=True)
+
+
+def latency(bootstrap: str, topic: str, rate: int, seconds: float, size: int) -> list[float]:
+    """End-to-end latencies (ms) of messages produced one per request at ``rate`` msg/s.
+
+    The consumer runs in a process of its own, as a consuming application would: in this one its
+    Python loop and librdkafka's threads would share one interpreter lock with the producer's
+    loop, and the figure would measure that contention. The producer sleeps until each message is
+    due (a loop spinning on the clock would take a core the broker needs on a small machine)."""
+    total = int(rate * seconds)
+    cons = subprocess.Popen([sys.executable, __file__, LATENCY_CONSUMER, bootstrap, topic, str(total)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert cons.stdout is not None
+        line = cons.stdout.readline()
+        if line.strip() != "READY":
+            raise SystemExit("the latency consumer got no assignment")
+        time.sleep(1.0)  # the first fetch is in flight before the clock starts (its offset reset done)
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1})
+        pad = b"x" * max(0, size - 8)
+        start = time.perf_counter()
+        for i in range(total):
+            wait = start + i / rate - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            p.produce(topic, time.perf_counter_ns().to_bytes(8, "big") + pad)
+            p.poll(0)
+        p.flush(30)
+        out, _ = cons.communicate(timeout=60)
+    finally:
+        if cons.poll() is None:
+            cons.kill()
+            cons.wait()
+    lines = out.strip().splitlines()
+    return [float(x) for x in json.loads(lines[-1])] if lines else []
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -213,6 +234,9 @@ def bench(bootstrap: str, args: argparse.Namespace, label: str, tank_port: int |
 
 
 def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == LATENCY_CONSUMER:
+        _latency_consumer(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100)
