@@ -144,7 +144,7 @@ class KafkaFetch(System):
         r, w = conn
         while True:
             w.write(self._frame(
-                ApiKey.FETCH, 11, replica_id=-1, max_wait_ms=WAIT_MS, min_bytes=1, max_bytes=1 << 20,
+                ApiKey.FETCH, 11, replica_id=-1, max_wait=WAIT_MS, min_bytes=1, max_bytes=1 << 20,
                 isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
                 topics=[{"topic": TOPIC, "partitions": [
                     {"partition": 0, "fetch_offset": seen.next_index, "current_leader_epoch": -1,

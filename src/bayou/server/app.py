@@ -17,6 +17,7 @@ from bayou.broker import Broker, BrokerConfig
 from bayou.broker.authz import ANONYMOUS_ACCESS, AnonymousAccess, Principal
 from bayou.errors import InvalidConfig
 from bayou.protocols.kafka.framing import Sniffed, sniff
+from bayou.protocols.kafka.sessions import FetchSessions
 from bayou.protocols.scram import ScramCredential
 from bayou.server.base import Admission, Connection, ConnectionLimits, Listener
 from bayou.server.cursus import Advertised, CursusService, cursus_handler
@@ -293,6 +294,10 @@ class BayouServer:
             self._kafka = KafkaService(self.broker, login=_KafkaLogins(self))
             self.meters["kafka"] = self._kafka.meter
         return self._kafka
+
+    def kafka_fetch_sessions(self) -> FetchSessions | None:
+        """The Kafka front end's fetch session cache; None while no listener serves Kafka."""
+        return None if self._kafka is None else self._kafka.fetch_sessions
 
     def kafka_advertised(self, listener: Listener) -> KafkaAdvertised:
         """What Metadata tells a client of ``listener``: the advertised host, the listener's port

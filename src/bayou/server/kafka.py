@@ -30,7 +30,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from bayou.broker import Broker, ordering
-from bayou.broker.authz import Principal, current_caller
+from bayou.broker.authz import Principal, current_caller, current_principal
 from bayou.broker.broker import Acks
 from bayou.errors import (
     BayouError,
@@ -53,6 +53,7 @@ from bayou.protocols.kafka.codes import (
 from bayou.protocols.kafka.fast import encode_fetch_response, encode_produce_response
 from bayou.protocols.kafka.framing import MAX_REQUEST_SIZE, FrameReader, KafkaError
 from bayou.protocols.kafka.records import check_produced, for_kafka
+from bayou.protocols.kafka.sessions import FetchSessions, Want
 from bayou.protocols.scram import ScramExchange, ScramFailure
 from bayou.records.formats import kafka_producer
 from bayou.server import kafka_admin, kafka_groups, kafka_txn
@@ -102,6 +103,7 @@ class KafkaService:
         self.served = served
         self.login = login  # SASL's checks against the broker's users
         self.meter = RequestMeter("kafka")
+        self.fetch_sessions = FetchSessions()  # KIP-227, shared by every listener that speaks Kafka
         # producer ids from the clock (ms << 8): unique across restarts without a stored counter;
         # the low bits are the broker id, so the brokers of a cluster never hand out the same one
         # (a producer keeps its id when its partitions' leaders move)
@@ -369,8 +371,12 @@ async def _wait_for_data(svc: KafkaService, parts: list[_Part], wait_s: float) -
 
 async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
     committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    parts = [_Part(t.topic, p.partition, p.fetch_offset, max(0, p.partition_max_bytes), committed)
+    wants = [Want(t.topic, p.partition, p.fetch_offset, max(0, p.partition_max_bytes))
              for t in body.topics for p in t.partitions]
+    ctx = svc.fetch_sessions.begin(
+        current_principal(), req.version, getattr(body, "session_id", 0), getattr(body, "session_epoch", -1),
+        wants, ((f.topic, i) for f in getattr(body, "forgotten_topics_data", ()) for i in f.partitions))
+    parts = [_Part(w.topic, w.partition, w.offset, w.max_bytes, committed) for w in ctx.wants]
     max_bytes = body.max_bytes if body.max_bytes > 0 else MAX_REQUEST_SIZE
     deadline = time.monotonic() + min(max(0, body.max_wait.total_seconds()), MAX_WAIT_MS / 1000)
     while True:
@@ -386,10 +392,16 @@ async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
         if not idle:  # every partition gave what it has: min_bytes is not reached by waiting here
             break
         await _wait_for_data(svc, idle, wait)
+    session_id, keep, error = svc.fetch_sessions.finish(ctx, [p.fields for p in parts])
     by_topic: dict[str, list[Fields]] = {}
-    for p in parts:
+    for i in keep:
+        p = parts[i]
         by_topic.setdefault(p.topic, []).append(p.fields)
-    return {"session_id": 0, "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+    out: Fields = {"session_id": session_id,
+                   "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+    if error:
+        out["error_code"] = error
+    return out
 
 
 # -- ListOffsets, OffsetForLeaderEpoch, InitProducerId ------------------------------------------

@@ -217,6 +217,14 @@ class BrokerCollector(Collector):
                      handles.open_count)
         yield _gauge("bayou_log_open_files_max", "The handle cache's bound (max_open_files).",
                      handles.capacity)
+        sessions = server.kafka_fetch_sessions()
+        yield _gauge("bayou_kafka_fetch_sessions", "Kafka incremental fetch sessions held (KIP-227).",
+                     len(sessions) if sessions is not None else 0)
+        yield _gauge("bayou_kafka_fetch_session_partitions", "Partitions held by those sessions.",
+                     sessions.partitions if sessions is not None else 0)
+        yield _counter("bayou_kafka_fetch_sessions_evicted",
+                       "Idle fetch sessions evicted to make room for new ones.",
+                       sessions.evicted if sessions is not None else 0)
 
     def _requests(self) -> Iterator[Family]:
         names = ("protocol", "request")
