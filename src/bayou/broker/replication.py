@@ -60,6 +60,8 @@ class ReplicaTracker:
         return [0, *self.in_sync(leader_last)]
 
     def high_watermark(self, leader_last: int) -> int:
+        if not self.followers:  # replication factor 1: the leader's log end
+            return max(leader_last, -1)
         hw = leader_last
         for r in self.in_sync(leader_last):
             hw = min(hw, self.followers[r].offset)

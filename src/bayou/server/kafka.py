@@ -53,7 +53,7 @@ from bayou.protocols.kafka.codes import (
 from bayou.protocols.kafka.fast import encode_fetch_response, encode_produce_response
 from bayou.protocols.kafka.framing import MAX_REQUEST_SIZE, FrameReader, KafkaError
 from bayou.protocols.kafka.records import check_produced, for_kafka
-from bayou.protocols.kafka.sessions import FetchSessions, Want
+from bayou.protocols.kafka.sessions import FetchContext, FetchSessions, Want
 from bayou.protocols.scram import ScramExchange, ScramFailure
 from bayou.records.formats import kafka_producer
 from bayou.server import kafka_admin, kafka_groups, kafka_txn
@@ -342,6 +342,21 @@ async def _fetch_one(svc: KafkaService, p: _Part, budget: int) -> None:
         f["error_code"] = code_of(exc)
 
 
+def _unchanged(svc: KafkaService, ctx: FetchContext, i: int, p: _Part) -> bool:
+    """Whether partition ``i`` of an incremental fetch has nothing to answer: its fields are then
+    what ``_fetch_one`` would write for it (no records, the same bounds)."""
+    try:
+        start, hw = svc.broker.partition_bounds(p.topic, p.partition)
+    except BayouError:
+        return False  # _fetch_one reports it
+    if not ctx.idle(i, start, hw, hw):
+        return False
+    p.fields = {"partition_index": p.partition, "high_watermark": hw, "last_stable_offset": hw,
+                "log_start_offset": start, "preferred_read_replica": -1, "records": b""}
+    p.size = 0
+    return True
+
+
 async def _wait_for_data(svc: KafkaService, parts: list[_Part], wait_s: float) -> None:
     """Return once any partition's visible end (its high watermark; the last stable offset for
     read_committed) passes its fetch offset, after ``wait_s``, or when the broker stops. Nothing
@@ -379,9 +394,15 @@ async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
     parts = [_Part(w.topic, w.partition, w.offset, w.max_bytes, committed) for w in ctx.wants]
     max_bytes = body.max_bytes if body.max_bytes > 0 else MAX_REQUEST_SIZE
     deadline = time.monotonic() + min(max(0, body.max_wait.total_seconds()), MAX_WAIT_MS / 1000)
+    # an incremental fetch skips the partitions it would not answer (nothing to read, bounds as
+    # last told) after one look at their bounds; the checks of a read come with the first change
+    # (standalone only: in cluster mode each read also checks leadership)
+    quick = ctx.kind == "incremental" and not committed and not svc.broker.clustered
     while True:
         total = 0
-        for p in parts:
+        for i, p in enumerate(parts):
+            if quick and _unchanged(svc, ctx, i, p):
+                continue
             # at least one batch (the first partition with data) even past max_bytes, as Kafka
             await _fetch_one(svc, p, max_bytes - total if total else max_bytes)
             total += p.size

@@ -214,3 +214,15 @@ def test_model(steps: list[tuple[str, tuple[Any, ...]]]) -> None:
             model.pop(owner)
         assert len(cache) <= 3 and cache.partitions <= 10
         assert cache.partitions == sum(len(s.partitions) for s in cache._sessions.values())
+
+
+def test_idle_partitions_of_an_incremental_fetch() -> None:
+    cache = FetchSessions()
+    ctx = cache.begin(ALICE, 12, 0, INITIAL_EPOCH, wants(("t", 0), ("t", 1)), ())
+    assert not ctx.idle(0, 0, 10, 10)  # a full fetch answers everything
+    sid, _, _ = cache.finish(ctx, [fields(hw=10), fields(hw=10)])
+    ctx = cache.begin(ALICE, 12, sid, 1, wants(("t", 0), offset=10), ())
+    assert ctx.idle(0, 0, 10, 10)  # at its end, bounds as told
+    assert not ctx.idle(1, 0, 10, 10)  # offset 0 has records to read
+    assert not ctx.idle(0, 0, 11, 11)  # the high watermark moved
+    assert not ctx.idle(0, 5, 10, 10)  # the log start moved

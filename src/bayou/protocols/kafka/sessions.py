@@ -90,6 +90,17 @@ class FetchContext:
     error: int = 0
     session: FetchSession | None = None
     expected_epoch: int = 0  # the session's epoch when the answer is made (incremental)
+    # (incremental) what the client was last told of each of ``wants``: (high watermark, log
+    # start, last stable offset); a partition whose bounds still equal these and that has nothing
+    # to read at its offset is not answered, so the front end may skip its read
+    told: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def idle(self, i: int, log_start: int, high_watermark: int, last_stable: int) -> bool:
+        """Whether want ``i`` of an incremental fetch, at these bounds, has nothing to answer."""
+        if self.kind != "incremental":
+            return False
+        return (self.wants[i].offset == last_stable
+                and self.told[i] == (high_watermark, log_start, last_stable))
 
 
 class FetchSessions:
@@ -157,7 +168,9 @@ class FetchSessions:
         session.last_used = self.clock()
         self._sessions.move_to_end(session.id)
         return FetchContext([c.want for c in parts.values()], "incremental", owner, session=session,
-                            expected_epoch=session.epoch)
+                            expected_epoch=session.epoch,
+                            told=[(c.high_watermark, c.log_start_offset, c.last_stable_offset)
+                                  for c in parts.values()])
 
     def finish(self, ctx: FetchContext, results: Sequence[dict[str, Any]]) -> tuple[int, list[int], int]:
         """(session id to answer, indexes of ``results`` to include, top-level error code):
