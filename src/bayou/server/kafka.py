@@ -346,6 +346,7 @@ def _unchanged(svc: KafkaService, ctx: FetchContext, i: int, p: _Part) -> bool:
     """Whether partition ``i`` of an incremental fetch has nothing to answer: its fields are then
     what ``_fetch_one`` would write for it (no records, the same bounds)."""
     try:
+        svc.broker.check_readable(p.topic, p.partition)  # a permission taken away is told at once
         start, hw = svc.broker.partition_bounds(p.topic, p.partition)
     except BayouError:
         return False  # _fetch_one reports it

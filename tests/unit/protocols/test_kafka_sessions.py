@@ -226,3 +226,31 @@ def test_idle_partitions_of_an_incremental_fetch() -> None:
     assert not ctx.idle(1, 0, 10, 10)  # offset 0 has records to read
     assert not ctx.idle(0, 0, 11, 11)  # the high watermark moved
     assert not ctx.idle(0, 5, 10, 10)  # the log start moved
+
+
+def test_a_name_no_topic_can_have_is_answered_but_not_kept() -> None:
+    cache = FetchSessions()
+    long = "a" * 250  # past the longest topic name: a session would hold what anyone sends
+    ctx = cache.begin(ALICE, 12, 0, INITIAL_EPOCH, wants((long, 0)), ())
+    assert cache.finish(ctx, [fields(error=ErrorCode.unknown_topic_or_partition)]) == (0, [0], 0)
+    assert len(cache) == 0
+    sid = open_session(cache, ("t", 0))
+    ctx = cache.begin(ALICE, 12, sid, 1, wants((long, 0)), ())
+    assert ctx.error == ErrorCode.fetch_session_id_not_found
+    assert len(cache) == 0 and cache.partitions == 0
+
+
+def test_no_eviction_for_a_session_that_would_not_fit() -> None:
+    clock = Clock()
+    cache = FetchSessions(max_sessions=10, max_partitions=4, clock=clock)
+    a = open_session(cache, ("t", 0))
+    clock.now += 200  # a is idle long enough to be evicted, but evicting it leaves too little room
+    b = open_session(cache, ("t", 1), ("t", 2), ("t", 3))
+    ctx = cache.begin(ALICE, 12, 0, INITIAL_EPOCH, wants(*[("u", i) for i in range(4)]), ())
+    assert cache.finish(ctx, [fields() for _ in range(4)])[0] == 0
+    assert cache.evicted == 0 and len(cache) == 2
+    assert cache.begin(ALICE, 12, a, 1, [], ()).kind == "incremental"
+    assert cache.begin(ALICE, 12, b, 1, [], ()).kind == "incremental"
+    # an incremental fetch that adds one and forgets one fits
+    ctx = cache.begin(ALICE, 12, b, 2, wants(("t", 4)), [("t", 1)])
+    assert ctx.kind == "incremental" and cache.partitions == 4

@@ -22,10 +22,12 @@ response's byte budget goes to the others first (Kafka's rotation). A session be
 principal that made it: another principal naming its id gets FETCH_SESSION_ID_NOT_FOUND.
 
 The cache is bounded: ``max_sessions`` sessions (Kafka's max.incremental.fetch.session.cache.slots,
-1,000) and ``max_partitions`` partitions over all of them. A new session takes the place of the
-least recently used one only when that one has been idle ``eviction_ms`` (Kafka's
-min.incremental.fetch.session.eviction.ms, 120 s); otherwise none is made. An incremental fetch
-that would take the cache past its partition bound closes its session (FETCH_SESSION_ID_NOT_FOUND).
+1,000) and ``max_partitions`` partitions over all of them, each named by at most 249 characters
+(the longest topic name: a fetch naming a longer one is answered without a session). A new
+session takes the place of the least recently used ones only when they have been idle
+``eviction_ms`` (Kafka's min.incremental.fetch.session.eviction.ms, 120 s) and free room enough;
+otherwise none is made and none is evicted. An incremental fetch that would take the cache past
+its partition bound, or add a longer name, closes its session (FETCH_SESSION_ID_NOT_FOUND).
 
 Sans-IO: the front end (server/kafka.py) asks ``begin`` what to fetch and ``finish`` what to answer.
 """
@@ -48,6 +50,7 @@ FIRST_SESSION_VERSION = 7  # Fetch v7 carries session_id and session_epoch
 MAX_SESSIONS = 1_000
 MAX_PARTITIONS = 100_000
 EVICTION_MS = 120_000
+MAX_TOPIC_NAME = 249  # Kafka's (and bayou's) longest topic name: no session keeps a longer one
 
 Key = tuple[str, int]  # (topic, partition)
 
@@ -142,12 +145,11 @@ class FetchSessions:
         if epoch != session.epoch:
             return FetchContext([], "error", error=ErrorCode.invalid_fetch_session_epoch)
         parts = session.partitions
-        grown = 0
-        for w in wants:
-            cached = parts.get((w.topic, w.partition))
-            if cached is None:
-                grown += 1
-        if self._partitions + grown > self.max_partitions:
+        forgotten = set(forgotten)
+        added = {(w.topic, w.partition) for w in wants} - parts.keys()
+        dropped = (forgotten & parts.keys()) | (forgotten & added)
+        if (self._partitions + len(added) - len(dropped) > self.max_partitions
+                or any(len(topic) > MAX_TOPIC_NAME for topic, _p in added)):
             self._remove(session)
             return FetchContext([], "error", error=ErrorCode.fetch_session_id_not_found)
         for w in wants:
@@ -204,17 +206,22 @@ class FetchSessions:
     # -- the cache -----------------------------------------------------------------------------
 
     def _create(self, ctx: FetchContext, results: Sequence[dict[str, Any]]) -> int:
-        if not ctx.wants:
-            return INVALID_SESSION_ID
-        size = len({(w.topic, w.partition) for w in ctx.wants})
+        keys = {(w.topic, w.partition) for w in ctx.wants}
+        if not keys or any(len(topic) > MAX_TOPIC_NAME for topic, _p in keys):
+            return INVALID_SESSION_ID  # (a name no topic can have is answered, not kept)
         now = self.clock()
-        while len(self._sessions) >= self.max_sessions or self._partitions + size > self.max_partitions:
-            if not self._sessions:
-                return INVALID_SESSION_ID
-            oldest = next(iter(self._sessions.values()))
-            if now - oldest.last_used < self.eviction_s:
-                return INVALID_SESSION_ID  # every session is in use: no room for one more
-            self._remove(oldest)
+        # the idle sessions to evict, least recently used first, only if they make room enough
+        evict: list[FetchSession] = []
+        sessions, partitions = len(self._sessions), self._partitions
+        it = iter(self._sessions.values())
+        while sessions >= self.max_sessions or partitions + len(keys) > self.max_partitions:
+            oldest = next(it, None)
+            if oldest is None or now - oldest.last_used < self.eviction_s:
+                return INVALID_SESSION_ID  # no room for one more: the client goes on with full fetches
+            evict.append(oldest)
+            sessions, partitions = sessions - 1, partitions - len(oldest.partitions)
+        for old in evict:
+            self._remove(old)
             self.evicted += 1
         session_id = self._new_id()
         session = FetchSession(session_id, ctx.owner, _next_epoch(INITIAL_EPOCH), last_used=now)
