@@ -322,3 +322,44 @@ def test_scram_credentials_survive_a_restart(tmp_path: Path) -> None:
             produce_and_consume(conf(b, "changed-pw-2", mechanism=mechanism, user="changed"))
             produce_and_consume(conf(b, "iggy", mechanism=mechanism))
         refused(conf(b, "changed-pw-1", mechanism="SCRAM-SHA-256", user="changed"))
+
+
+def test_a_fetch_session_is_told_at_once_when_its_read_permission_goes(broker: BrokerProcess) -> None:
+    """An incremental fetch skips the reads of caught-up partitions (fetch sessions, KIP-227), but
+    not the permission check: once the user may no longer poll, the next fetch says so, with no
+    new record needed to bring it out."""
+    user = f"fs-{uuid.uuid4().hex[:8]}"
+    _create_user_over_http(broker, user, "fs-pw-1")
+    topic = f"fs-{uuid.uuid4().hex[:8]}"
+
+    async def run() -> None:
+        conn = await KafkaConn.open(broker.port)
+        try:
+            assert (await conn.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")).error_code == 0
+            login = await conn.call(ApiKey.SASL_AUTHENTICATE, auth_bytes=f"\0{user}\0fs-pw-1".encode())
+            assert login.error_code == 0, login
+            made = await conn.call(ApiKey.CREATE_TOPICS, timeout=5000, topics=[
+                {"name": topic, "num_partitions": 1, "replication_factor": 1}])
+            assert made.topics[0].error_code == ErrorCode.none, made
+
+            async def fetch(session_id: int, epoch: int, parts: list[dict[str, Any]]) -> Any:
+                return await conn.call(ApiKey.FETCH, 12, replica_id=-1, max_wait=0, min_bytes=1,
+                                       max_bytes=1 << 20, isolation_level=0, session_id=session_id,
+                                       session_epoch=epoch, topics=parts, rack_id="")
+
+            full = await fetch(0, 0, [{"topic": topic, "partitions": [
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}])
+            sid = full.session_id
+            assert sid != 0 and full.responses[0].partitions[0].error_code == ErrorCode.none
+            assert list((await fetch(sid, 1, [])).responses) == []  # caught up: nothing to say
+            status, doc = admin_api.call(broker.http_port, "PUT", f"/users/{user}/permissions",
+                                         {"permissions": None},
+                                         auth=admin_api.basic("iggy", "iggy"))
+            assert status == 200, doc
+            resp = await fetch(sid, 2, [])
+            assert [p.error_code for t in resp.responses for p in t.partitions] == [
+                ErrorCode.topic_authorization_failed]
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
