@@ -118,7 +118,6 @@ class FetchSessions:
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()  # least recently used first
         self._partitions = 0
         self._random = random.SystemRandom()
-        self.created = 0
         self.evicted = 0
 
     def __len__(self) -> int:
@@ -234,7 +233,6 @@ class FetchSessions:
             _changed(cached, f)  # what the client is told now
         self._sessions[session_id] = session
         self._partitions += len(session.partitions)
-        self.created += 1
         return session_id
 
     def _new_id(self) -> int:
