@@ -4,7 +4,8 @@ Prints figures; never passes or fails. Targets from the issue (100-byte messages
 - producer, 1,000,000 messages, linger 5 ms, batches up to 1,000: >= 1,500,000 msg/s with
   fsync=never, and with fsync=always at least the TANK path's figure (measured in the same run,
   against the same broker, with tank_bench's client: ``--no-tank`` skips it);
-- consumer reading the 1,000,000 back: >= 3,000,000 msg/s;
+- consumer reading the 1,000,000 back: >= 3,000,000 msg/s (and kcat, librdkafka in C, reading them
+  too: what the broker serves when the client is not Python);
 - end-to-end latency at a steady 10,000 msg/s (one message per produce request, linger 0, acks=1,
   a consumer long-polling with fetch.wait.max.ms 500): p99 <= 2 ms.
 
@@ -138,6 +139,34 @@ def consume(bootstrap: str, topic: str, messages: int) -> float:
     return messages / elapsed
 
 
+def consume_kcat(bootstrap: str, topic: str, messages: int) -> float | None:
+    """msg/s of kcat (librdkafka in C, from Debian) reading partition 0 from the start to its end:
+    what the broker serves when the client is not Python. fetch.wait.max.ms 10, so the fetch that
+    finds the end waits 10 ms, not librdkafka's 500, before kcat sees it and exits. None: no kcat."""
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        return None
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [kcat, "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
+         "-f", "%o\n", "-X", "fetch.max.bytes=67108864", "-X", "max.partition.fetch.bytes=16777216",
+         "-X", "queued.min.messages=1000000", "-X", "fetch.wait.max.ms=10"],
+        capture_output=True, timeout=300, check=True).stdout
+    elapsed = time.perf_counter() - t0
+    got = out.count(b"\n")
+    if got < messages:
+        raise SystemExit(f"kcat read {got} of {messages}")
+    return messages / elapsed
+
+
+def _cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) the process has used; 0 without one."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 LATENCY_CONSUMER = "--latency-consumer"
 
 
@@ -206,14 +235,27 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def bench(bootstrap: str, args: argparse.Namespace, label: str, tank_port: int | None) -> None:
+def bench(bootstrap: str, args: argparse.Namespace, label: str, tank_port: int | None,
+          pid: int | None = None) -> None:
     topic = f"bench-{uuid.uuid4().hex[:6]}"
     _create_topic(bootstrap, topic, args.partitions)
+    per = 1e6 / args.messages  # broker CPU per message, in us
+    cpu = _cpu_s(pid)
     rate = produce(bootstrap, topic, args.messages, args.size)
+    used, cpu = _cpu_s(pid) - cpu, _cpu_s(pid)
     print(f"  producer (linger 5 ms, batches <= 1,000)   : {rate:>12,.0f} msg/s  "
-          f"{rate * args.size / 1e6:7.1f} MB/s payload", flush=True)
+          f"{rate * args.size / 1e6:7.1f} MB/s payload"
+          + (f"  broker {used * per:.2f} us/msg" if pid else ""), flush=True)
     crate = consume(bootstrap, topic, args.messages)
-    print(f"  consumer (from the start)                  : {crate:>12,.0f} msg/s", flush=True)
+    used, cpu = _cpu_s(pid) - cpu, _cpu_s(pid)
+    print(f"  consumer (from the start)                  : {crate:>12,.0f} msg/s"
+          + (f"  broker {used * per:.2f} us/msg" if pid else ""), flush=True)
+    if args.partitions == 1:
+        krate = consume_kcat(bootstrap, topic, args.messages)
+        used, cpu = _cpu_s(pid) - cpu, _cpu_s(pid)
+        if krate is not None:
+            print(f"  kcat consumer (C, from the start)          : {krate:>12,.0f} msg/s"
+                  + (f"  broker {used * per:.2f} us/msg" if pid else ""), flush=True)
     if tank_port is not None:
         import tank_bench
         targs = argparse.Namespace(messages=args.messages, batch=1000, size=args.size, window=4,
@@ -255,7 +297,7 @@ def main() -> None:
         proc = _start(tmp / "data", kport, tport, fsync)
         try:
             print(f"\n[bayou, fsync={fsync}]", flush=True)
-            bench(f"127.0.0.1:{kport}", args, "bayou", None if args.no_tank else tport)
+            bench(f"127.0.0.1:{kport}", args, "bayou", None if args.no_tank else tport, proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):

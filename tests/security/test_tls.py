@@ -198,6 +198,34 @@ def test_tank_over_tls_with_bundles_that_sendfile_would_serve(broker: BrokerProc
     assert values[0].startswith(b"b0-0|") and values[-1].startswith(b"b4-99|")
 
 
+def test_kafka_over_tls_fetches_stored_batches_past_the_copy_threshold(broker: BrokerProcess,
+                                                                      certs: Certs) -> None:
+    """A Kafka fetch's stored batches are written as pieces of the bytes read (no copy) once they
+    pass fast.COPY_BELOW; through the TLS transport they must arrive whole and in order."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    topic = unique("kafka")
+    conf = {"bootstrap.servers": f"127.0.0.1:{broker.port}", "security.protocol": "SSL",
+            "ssl.ca.location": certs.ca}
+    p = Producer({**conf, "linger.ms": 20, "allow.auto.create.topics": True})
+    values = [b"%05d|" % i + os.urandom(1000) for i in range(3000)]  # about 3 MB: many batches
+    for v in values:
+        p.produce(topic, v, key=v[:5], partition=0)
+    assert p.flush(60) == 0
+    c = Consumer({**conf, "group.id": unique("g"), "enable.auto.commit": False,
+                  "max.partition.fetch.bytes": 4 << 20})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < len(values) and time.monotonic() < deadline:
+        for msg in c.consume(1000, timeout=1.0):
+            assert msg.error() is None, msg.error()
+            assert msg.key() == msg.value()[:5]
+            got.append(msg.value())
+    c.close()
+    assert got == values
+
+
 # -- what is refused -------------------------------------------------------------------------------
 
 PLAIN_HELLO = {"rtes": b"V1|1|PING|\n", "cursus": b"\x00\x00\x00\x09\x00\x05adminLIST",

@@ -244,7 +244,16 @@ def has_message_ids(data: Buffer, count: int) -> bool:
     n = len(data)
     try:
         for _ in range(count):
-            length, p = _varint(data, p)
+            b = data[p]  # the length: one- and two-byte varints inline, as in walk_v2
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                p += 2
+            else:
+                length, p = _varint(data, p)
             if length < 1 or p + length > n:
                 raise CorruptRecord("record length past the end of the batch")
             if data[p] & RECORD_HAS_MESSAGE_ID:

@@ -47,7 +47,7 @@ F = TypeVar("F")
 F_co = TypeVar("F_co", covariant=True)
 E = TypeVar("E", bound=Exception)
 
-Reply = bytes | list[bytes] | None
+Reply = bytes | list[bytes] | list[bytes | bytearray | memoryview] | None
 """What serving one frame writes: one piece, several in order, or nothing (the handler wrote it,
 or the frame has no reply)."""
 

@@ -50,9 +50,9 @@ from bayou.protocols.kafka.codes import (
     ApiKey,
     VersionRange,
 )
-from bayou.protocols.kafka.fast import encode_fetch_response, encode_produce_response
+from bayou.protocols.kafka.fast import Piece, encode_fetch_response, encode_produce_response
 from bayou.protocols.kafka.framing import MAX_REQUEST_SIZE, FrameReader, KafkaError
-from bayou.protocols.kafka.records import check_produced, for_kafka
+from bayou.protocols.kafka.records import PlainBatches, check_produced, for_kafka
 from bayou.protocols.kafka.sessions import FetchContext, FetchSessions, Want
 from bayou.protocols.scram import ScramExchange, ScramFailure
 from bayou.records.formats import kafka_producer
@@ -104,6 +104,7 @@ class KafkaService:
         self.login = login  # SASL's checks against the broker's users
         self.meter = RequestMeter("kafka")
         self.fetch_sessions = FetchSessions()  # KIP-227, shared by every listener that speaks Kafka
+        self.plain = PlainBatches()  # stored batches a fetch need not walk (protocols/kafka/records.py)
         # producer ids from the clock (ms << 8): unique across restarts without a stored counter;
         # the low bits are the broker id, so the brokers of a cluster never hand out the same one
         # (a producer keeps its id when its partitions' leaders move)
@@ -112,8 +113,10 @@ class KafkaService:
             + broker.config.broker_id % PRODUCER_ID_STRIDE, PRODUCER_ID_STRIDE)
         broker.set_producer_ids(self.next_producer_id)  # the transaction coordinator's too
 
-    async def answer(self, frame: bytes, session: Session, advertised: Advertised) -> bytes | None:
-        """The response frame to one request frame (None: acks=0 produce, no response).
+    async def answer(self, frame: bytes, session: Session, advertised: Advertised
+                     ) -> bytes | list[Piece] | None:
+        """The response frame to one request frame, whole or in pieces to write in order (None:
+        acks=0 produce, no response).
         Raises KafkaError when the connection must close."""
         try:
             req = codec.decode_request(frame, self.served)
@@ -142,9 +145,13 @@ class KafkaService:
             if fast is not None:
                 return fast
         elif header.api_key == ApiKey.FETCH:
-            fast = encode_fetch_response(header.api_version, header.correlation_id, fields)
-            if fast is not None:
-                return fast
+            reply = encode_fetch_response(header.api_version, header.correlation_id, fields)
+            if reply is not None:
+                return reply
+            for topic in fields.get("responses", ()):  # kio writes records from bytes
+                for part in topic["partitions"]:
+                    if isinstance(part.get("records"), list):
+                        part["records"] = b"".join(part["records"])
         body = build(codec.response_schema(header.api_key, header.api_version), **fields)
         return codec.encode_response(header, body)
 
@@ -255,6 +262,7 @@ async def _append_partition(svc: KafkaService, topic: str, index: int, records: 
                 result = await broker.produce_idempotent(topic, index, seqs, whole, acks)
         else:
             result = await broker.produce(topic, index, batch, acks, create=False)
+        svc.plain.add(topic, index, result.base_offset, h.crc)  # check_produced walked its records
         entry["base_offset"] = result.base_offset
         entry["log_start_offset"] = result.log_start_offset
     except BayouError as exc:
@@ -330,14 +338,14 @@ async def _fetch_one(svc: KafkaService, p: _Part, budget: int) -> None:
         else:
             f.update(high_watermark=r.high_watermark, last_stable_offset=r.high_watermark,
                      log_start_offset=r.log_start_offset)
-        data = for_kafka(r.data, p.offset) if r.data else b""
+        data = for_kafka(r.data, p.offset, *svc.plain.of(p.topic, p.partition)) if r.data else []
         if p.committed and data:
             f["aborted_transactions"] = [
                 {"producer_id": pid, "first_offset": first}
                 for pid, first in await broker.aborted_transactions(p.topic, p.partition, p.offset,
                                                                     r.next_offset)]
         f["records"] = data
-        p.size = len(data)
+        p.size = sum(len(piece) for piece in data)
     except BayouError as exc:
         f["error_code"] = code_of(exc)
 
@@ -616,7 +624,7 @@ def kafka_handler(service: KafkaService, advertised: Callable[[Listener], Advert
         where = advertised(listener)
         session = Session(conn.peer)
 
-        async def handle(frame: bytes) -> bytes | None:
+        async def handle(frame: bytes) -> bytes | list[Piece] | None:
             return await service.answer(frame, session, where)
 
         async def refuse(exc: KafkaError) -> None:

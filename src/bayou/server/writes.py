@@ -60,12 +60,17 @@ class CoalescingWriter:
         pieces = self._pieces
         if not pieces:
             return
+        size = self._size
         self._pieces = []
         self._size = 0
         if self._writer.transport.is_closing():
             return  # the peer is gone: asyncio's writer would drop the bytes too
         if len(pieces) == 1:
             self._writer.write(pieces[0])
+        elif size >= FLUSH_BYTES:
+            # large pieces (a fetch's stored batches) go uncopied: uvloop's writelines sends
+            # them in one writev and keeps references to what the socket did not take
+            self._writer.writelines(pieces)
         else:
             self._writer.write(b"".join(pieces))
 

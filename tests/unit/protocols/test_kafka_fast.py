@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
-from bayou.protocols.kafka.fast import encode_fetch_response, encode_produce_response
+from bayou.protocols.kafka.fast import COPY_BELOW, encode_fetch_response, encode_produce_response
 from bayou.protocols.kafka.framing import RequestHeader
 
 VERSIONS = range(SUPPORTED[ApiKey.PRODUCE].min, SUPPORTED[ApiKey.PRODUCE].max + 1)
@@ -72,6 +74,32 @@ def test_the_fast_fetch_response_is_kios(version: int, correlation_id: int,
                            codec.request_is_flexible(ApiKey.FETCH, version), 0)
     want = codec.encode_response(header, build(codec.response_schema(ApiKey.FETCH, version), **fields))
     assert encode_fetch_response(version, correlation_id, fields) == want
+
+
+piece = st.binary(max_size=300) | st.integers(COPY_BELOW // 2, COPY_BELOW + 10).map(
+    lambda n: memoryview(bytes([n % 251]) * n))
+pieces_partition = st.fixed_dictionaries(
+    {"partition_index": st.integers(0, 1 << 20), "high_watermark": st.integers(-1, 1 << 62),
+     "last_stable_offset": st.integers(-1, 1 << 62), "log_start_offset": st.integers(-1, 1 << 62),
+     "preferred_read_replica": st.just(-1), "records": st.lists(piece, max_size=3)})
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+@given(partitions=st.lists(pieces_partition, min_size=1, max_size=3), correlation_id=st.integers(0, 1000))
+def test_records_in_pieces_are_written_uncopied_in_the_frame_kio_writes(
+        version: int, correlation_id: int, partitions: list[dict[str, Any]]) -> None:
+    fields = {"session_id": 0, "responses": [{"topic": "t", "partitions": partitions}]}
+    joined = {"session_id": 0, "responses": [{"topic": "t", "partitions": [
+        dict(p, records=b"".join(p["records"])) for p in partitions]}]}
+    header = RequestHeader(ApiKey.FETCH, version, correlation_id, "t",
+                           codec.request_is_flexible(ApiKey.FETCH, version), 0)
+    want = codec.encode_response(header, build(codec.response_schema(ApiKey.FETCH, version), **joined))
+    got = encode_fetch_response(version, correlation_id, fields)
+    assert got is not None
+    big = [piece for p in partitions if sum(map(len, p["records"])) >= COPY_BELOW for piece in p["records"]]
+    if big:  # the records' own pieces are in the frame's, not copies of them
+        assert isinstance(got, list) and all(any(c is piece for c in got) for piece in big)
+    assert (got if isinstance(got, bytes) else b"".join(got)) == want
 
 
 def test_a_fetch_response_it_does_not_write_is_left_to_kio() -> None:

@@ -4,6 +4,7 @@ the response builder every handler uses (protocols/kafka/build.py)."""
 from __future__ import annotations
 
 import datetime
+import struct
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -12,7 +13,7 @@ from bayou.errors import CorruptRecord, InvalidRecord
 from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import ApiKey
-from bayou.protocols.kafka.records import check_produced, converted, for_kafka, plain_headers
+from bayou.protocols.kafka.records import PlainBatches, check_produced, converted, for_kafka, plain_headers
 from bayou.records.batch import (
     ATTR_FORMAT_SHIFT,
     assemble_batch,
@@ -58,8 +59,58 @@ def test_what_kafka_refuses() -> None:
 def test_a_stored_kafka_batch_is_sent_as_stored() -> None:
     batch = bytearray(encode_batch(recs(b"a", b"b"), compression=Compression.ZSTD))
     set_base_offset(batch, 40)
-    assert for_kafka(bytes(batch), 40) == bytes(batch)
-    assert for_kafka(bytes(batch), 41) == bytes(batch)  # the client skips what is before its offset
+    assert b"".join(for_kafka(bytes(batch), 40)) == bytes(batch)
+    # the client skips what is before its offset
+    assert b"".join(for_kafka(bytes(batch), 41)) == bytes(batch)
+
+
+def test_stored_batches_are_views_of_the_read_bytes_a_run_one_piece() -> None:
+    a = bytearray(encode_batch(recs(b"a", b"b")))
+    set_base_offset(a, 0)
+    b = bytearray(encode_batch(recs(b"c")))
+    set_base_offset(b, 2)
+    ids = encode_batch([Record(value=b"with-id", timestamp=9, message_id=42)], base_offset=3)
+    c = bytearray(encode_batch(recs(b"d")))
+    set_base_offset(c, 4)
+    data = bytes(a + b) + ids + bytes(c)
+    out = for_kafka(data, 0)
+    assert [type(piece) for piece in out] == [memoryview, bytes, memoryview]
+    assert bytes(out[0]) == bytes(a + b) and bytes(out[2]) == bytes(c)
+    assert [r.offset for r in decode_records(out[1])] == [3]
+
+
+def test_plain_batches_spare_the_walk_of_a_known_batch_and_only_that_batch() -> None:
+    plain = PlainBatches()
+    batch = bytearray(encode_batch(recs(b"a", b"b")))
+    set_base_offset(batch, 7)
+    for_kafka(bytes(batch), 7, *plain.of("t", 0))  # walked once, found plain: learned
+    assert plain.knows("t", 0, decode_header(batch)) and len(plain) == 1
+    assert not plain.knows("t", 1, decode_header(batch)) and not plain.knows("u", 0, decode_header(batch))
+    # another batch at that offset later (the log truncated, the topic made again) has another
+    # CRC: it is walked, and converted for its message id
+    other = encode_batch([Record(value=b"with-id", timestamp=9, message_id=42)], base_offset=7)
+    assert not plain.knows("t", 0, decode_header(other))
+    out = b"".join(for_kafka(other, 7, *plain.of("t", 0)))
+    assert [(r.offset, r.message_id) for r in decode_records(out)] == [(7, None)]
+    assert out != other
+
+
+def test_plain_batches_are_bounded_the_oldest_goes_first() -> None:
+    plain = PlainBatches(capacity=3)
+    for offset in range(5):
+        plain.add("t", 0, offset, 100 + offset)
+    plain.add("t", 0, 4, 104)  # known again: nothing goes
+    assert len(plain) == 3
+    known = [o for o in range(5) if plain.knows("t", 0, decode_header(_at(o, 100 + o)))]
+    assert known == [2, 3, 4]
+
+
+def _at(offset: int, crc: int) -> bytes:
+    """A batch header claiming ``offset`` and ``crc`` (only the header is read)."""
+    b = bytearray(encode_batch(recs(b"x")))
+    set_base_offset(b, offset)
+    struct.pack_into(">I", b, 17, crc)
+    return bytes(b)
 
 
 def test_other_formats_are_converted_with_their_offsets() -> None:
@@ -69,7 +120,7 @@ def test_other_formats_are_converted_with_their_offsets() -> None:
     cursus = assemble_batch(bytes(body), record_count=3, base_offset=10,
                             attributes=FORMAT_CURSUS << ATTR_FORMAT_SHIFT, base_timestamp=5, max_timestamp=5)
     ids = encode_batch([Record(value=b"with-id", timestamp=9, message_id=42)], base_offset=13)
-    out = for_kafka(cursus + ids, 11)
+    out = b"".join(for_kafka(cursus + ids, 11))
     got = [r for pos, _h in iter_batches(out) for r in decode_records(out, pos)]
     assert [(r.offset, r.value, r.key, r.message_id) for r in got] == [
         (11, b"two", b"ck", None), (12, b"three", b"ck", None), (13, b"with-id", None, None)]

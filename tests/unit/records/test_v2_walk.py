@@ -67,3 +67,16 @@ def test_a_null_value_and_a_null_header_value_are_kafka_records_read_as_empty() 
         walk_v2(bad, 1)
     with pytest.raises(CorruptRecord):
         decode_v2(bad, h)  # type: ignore[arg-type]
+
+
+def test_has_message_ids_reads_lengths_of_every_size_and_refuses_a_torn_section() -> None:
+    recs = [Record(value=b"v" * n, timestamp=1) for n in (1, 100, 10_000, 70_000)]
+    data, _h = section([*recs, Record(value=b"x", timestamp=1, message_id=9)])
+    assert has_message_ids(data, 5)  # found past one- to three-byte lengths
+    data, _h = section(recs)
+    assert not has_message_ids(data, 4)
+    for cut in (1, 2, 200, len(data) - 1):
+        with pytest.raises(CorruptRecord):
+            has_message_ids(data[:cut], 4)
+    with pytest.raises(CorruptRecord):
+        has_message_ids(b"\x01" + data[1:], 4)  # a length of -1

@@ -25,18 +25,27 @@ async def _exchange(serve: Serve) -> tuple[bytes, list[bytes]]:
     inner transport was handed, one item per transport write)."""
     handed: list[bytes] = []
     done = asyncio.Event()
+    failed: list[BaseException] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        inner_write = writer.write
+        inner_write, inner_writelines = writer.write, writer.writelines
 
         def spy(data: bytes) -> None:
             handed.append(bytes(data))
             inner_write(data)
 
+        def spy_lines(pieces: list[bytes]) -> None:  # one hand-over of several pieces
+            handed.append(b"".join(pieces))
+            HANDED_PIECES.append(list(pieces))
+            inner_writelines(pieces)
+
         writer.write = spy  # type: ignore[method-assign]
+        writer.writelines = spy_lines  # type: ignore[method-assign]
         out = CoalescingWriter(writer)
         try:
             await serve(out, handed)
+        except BaseException as exc:  # the test's asserts in ``serve`` fail the test
+            failed.append(exc)
         finally:
             out.close()
             done.set()
@@ -48,7 +57,12 @@ async def _exchange(serve: Serve) -> tuple[bytes, list[bytes]]:
     await asyncio.wait_for(done.wait(), 30)
     writer.close()
     server.close()
+    if failed:
+        raise failed[0]
     return data, handed
+
+
+HANDED_PIECES: list[list[bytes]] = []  # the pieces of each writelines hand-over
 
 
 def _run(loop_kind: str, coro: Awaitable[tuple[bytes, list[bytes]]]) -> tuple[bytes, list[bytes]]:
@@ -87,6 +101,29 @@ def test_drain_sends_a_large_buffer_at_once(loop_kind: str) -> None:
 
     data, _handed = _run(loop_kind, _exchange(serve))
     assert data == b"a" * (FLUSH_BYTES - 1) + b"b"
+
+
+@LOOPS
+def test_large_pieces_are_handed_over_uncopied_in_order(loop_kind: str) -> None:
+    big = [memoryview(bytes([i]) * FLUSH_BYTES) for i in range(3)]
+
+    async def serve(out: CoalescingWriter, handed: list[bytes]) -> None:
+        HANDED_PIECES.clear()
+        out.write(b"head;")
+        for piece in big:  # a fetch's stored batches
+            out.write(piece)
+        await out.drain()
+        assert len(handed) == 1 and len(HANDED_PIECES) == 1
+        assert HANDED_PIECES[0][0] == b"head;" and all(
+            a is b for a, b in zip(HANDED_PIECES[0][1:], big, strict=True))
+        out.write(b"small;")
+        out.write(b"tail;")
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert handed[1:] == [b"small;tail;"] and len(HANDED_PIECES) == 1  # small ones: one copy
+
+    data, _handed = _run(loop_kind, _exchange(serve))
+    assert data == b"head;" + b"".join(big) + b"small;tail;"
 
 
 @LOOPS

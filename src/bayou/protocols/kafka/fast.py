@@ -18,7 +18,7 @@ Fetch (Kafka's FetchResponse, v4-12): throttle_time_ms i32, error_code i16 and s
 last_stable_offset i64, log_start_offset i64 (v5+), aborted_transactions nullable [producer_id
 i64, first_offset i64, tagged fields (v12+)], preferred_read_replica i32 (v11+), records nullable
 bytes, tagged fields (v12+)], tagged fields (v12+)], tagged fields (v12+); flexible from v12. The
-records are the stored batches, appended as they are: the one copy is the frame's.
+records are the stored batches as they are, written from the bytes the log read (no copy here).
 """
 
 from __future__ import annotations
@@ -106,19 +106,31 @@ FETCH_KNOWN = frozenset({"partition_index", "error_code", "high_watermark", "las
                          "log_start_offset", "preferred_read_replica", "records", "aborted_transactions"})
 
 
-def _bytes(data: bytes | None, flexible: bool) -> bytes:
-    if data is None:
+def _bytes(size: int | None, flexible: bool) -> bytes:
+    if size is None:
         return b"\0" if flexible else b"\xff\xff\xff\xff"
-    return _uvarint(len(data) + 1) if flexible else _I32.pack(len(data))
+    return _uvarint(size + 1) if flexible else _I32.pack(size)
 
 
-def encode_fetch_response(version: int, correlation_id: int, fields: dict[str, Any]) -> bytes | None:
+COPY_BELOW = 16 * 1024  # records shorter than this are copied into the frame; longer ones are pieces of it
+
+Piece = bytes | bytearray | memoryview
+
+
+def encode_fetch_response(version: int, correlation_id: int, fields: dict[str, Any]
+                          ) -> bytes | list[Piece] | None:
     """The whole Fetch response frame (size included), or None when ``fields`` hold something
-    this writer leaves to kio (a top-level error, a leader or epoch hint, node endpoints)."""
+    this writer leaves to kio (a top-level error, a leader or epoch hint, node endpoints).
+
+    A partition's ``records`` are bytes or a list of pieces (server/kafka.py: views of the bytes
+    the log read). Short ones are copied into the frame; otherwise the frame is returned as a list
+    of pieces to write one after the other, the records' pieces among them, uncopied."""
     if not 4 <= version <= 12 or not fields.keys() <= {"session_id", "responses"}:
         return None
     flexible = version >= FETCH_FIRST_FLEXIBLE
+    chunks: list[Piece] = []
     out = bytearray(_HEAD.size)
+    head = out
     if flexible:
         out += b"\0"
     out += _I32.pack(0)  # throttle_time_ms
@@ -151,8 +163,20 @@ def encode_fetch_response(version: int, correlation_id: int, fields: dict[str, A
             if version >= 11:
                 out += _I32.pack(p.get("preferred_read_replica", 0))
             records = p.get("records")
-            out += _bytes(records, flexible)
-            if records:
+            if records is None:
+                out += _bytes(None, flexible)
+            elif isinstance(records, list):
+                size = sum(len(piece) for piece in records)
+                out += _bytes(size, flexible)
+                if size < COPY_BELOW:
+                    for piece in records:
+                        out += piece
+                else:
+                    chunks.append(out)
+                    chunks.extend(records)
+                    out = bytearray()
+            else:
+                out += _bytes(len(records), flexible)
                 out += records
             if flexible:
                 out += b"\0"
@@ -160,8 +184,13 @@ def encode_fetch_response(version: int, correlation_id: int, fields: dict[str, A
             out += b"\0"
     if flexible:
         out += b"\0"
-    _HEAD.pack_into(out, 0, len(out) - 4, correlation_id)
-    return bytes(out)
+    if not chunks:
+        _HEAD.pack_into(out, 0, len(out) - 4, correlation_id)
+        return bytes(out)
+    if out:
+        chunks.append(out)
+    _HEAD.pack_into(head, 0, sum(len(c) for c in chunks) - 4, correlation_id)
+    return chunks
 
 
 __all__ = ["encode_fetch_response", "encode_produce_response"]

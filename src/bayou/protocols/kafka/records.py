@@ -11,11 +11,16 @@ A fetch sends stored v2 batches as they are when a Kafka client reads them the s
 payload format 0, no sparse flag, no record carrying bayou's message-id extension (record
 attribute bit 0, which a Kafka client would misread). Every other batch (Cursus, Iggy, TANK, or
 V1 records with message ids) is converted once to a plain v2 batch with the same offsets.
+Whether a stored v2 batch carries message ids takes a walk of its records; ``PlainBatches``
+remembers the batches known not to (a produced one was walked by ``check_produced``, a fetched
+one by ``as_stored``), so that a batch is walked once, not once per fetch. A fetch's batches are
+returned as pieces of the bytes read (no copy): the response is written from them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from bayou.errors import CorruptRecord, InvalidRecord
 from bayou.records.batch import (
@@ -59,6 +64,49 @@ def check_produced(records: Buffer) -> BatchHeader:
     if walk_v2(_section(records, 0, h), h.record_count):  # every record parses, none carries an id
         raise InvalidRecord("record attributes other than 0")
     return h
+
+
+PLAIN_BATCHES = 65_536  # batches PlainBatches remembers (about 10 MB)
+
+
+class PlainBatches:
+    """Stored v2 batches known to hold no record with a message id, so sent to Kafka clients as
+    stored without a walk of their records. Keyed by topic, partition and base offset, holding the
+    batch's CRC: a batch written at that offset again later (a log truncated by replication, a
+    topic deleted and created again) is another batch, known only if its CRC (which covers every
+    record) is the same. Bounded: past ``capacity`` the oldest entry goes (a consumer at the tail
+    reads what was produced last)."""
+
+    def __init__(self, capacity: int = PLAIN_BATCHES) -> None:
+        self.capacity = capacity
+        self._crc: dict[tuple[str, int, int], int] = {}
+
+    def __len__(self) -> int:
+        return len(self._crc)
+
+    def add(self, topic: str, partition: int, base_offset: int, crc: int) -> None:
+        known = self._crc
+        key = (topic, partition, base_offset)
+        if key not in known and len(known) >= self.capacity:
+            del known[next(iter(known))]
+        known[key] = crc
+
+    def knows(self, topic: str, partition: int, h: BatchHeader) -> bool:
+        return self._crc.get((topic, partition, h.base_offset)) == h.crc
+
+    def of(self, topic: str, partition: int) -> tuple[Callable[[BatchHeader], bool],
+                                                        Callable[[BatchHeader], None]]:
+        """The (knows, learn) pair ``for_kafka`` takes for one partition's batches."""
+        return (lambda h: self.knows(topic, partition, h),
+                lambda h: self.add(topic, partition, h.base_offset, h.crc))
+
+
+def _unknown(_h: BatchHeader) -> bool:
+    return False
+
+
+def _ignore(_h: BatchHeader) -> None:
+    return None
 
 
 def as_stored(buf: Buffer, pos: int, h: BatchHeader) -> bool:
@@ -110,21 +158,35 @@ def converted(records: list[Record], h: BatchHeader) -> bytes:
                           leader_epoch=h.leader_epoch, last_offset_delta=last)
 
 
-def for_kafka(data: bytes, start: int) -> bytes:
+def for_kafka(data: bytes, start: int, known: Callable[[BatchHeader], bool] = _unknown,
+              learn: Callable[[BatchHeader], None] = _ignore) -> list[Buffer]:
     """The batches of a fetched window (whole stored batches, in log order) as a Kafka client
-    reads them: stored v2 batches as they are, the rest converted, those wholly before ``start``
-    left out (a converted batch keeps only records at or past ``start``)."""
-    out: list[bytes | memoryview] = []
+    reads them, in pieces to be written one after the other: stored v2 batches as they are (views
+    of ``data``, runs of them one piece), the rest converted, those wholly before ``start`` left
+    out (a converted batch keeps only records at or past ``start``). ``known`` says a batch is
+    known to be sent as stored (``PlainBatches``); ``learn`` is told of each one found so."""
+    out: list[Buffer] = []
     view = memoryview(data)
+    run = -1  # where the current run of stored batches began, -1: none
+    end = 0
     for pos, h in iter_batches(data):
         if h.next_offset <= start:
             continue
-        if as_stored(data, pos, h):
-            out.append(view[pos:pos + h.size])
+        stored = known(h)
+        if not stored and as_stored(data, pos, h):
+            learn(h)
+            stored = True
+        if stored:
+            if run < 0:
+                run = pos
+            end = pos + h.size
             continue
+        if run >= 0:
+            out.append(view[run:end])
+            run = -1
         recs = [r for r in decode_records(data, pos) if r.offset >= start]
         if recs:
             out.append(converted(recs, h))
-    if len(out) == 1:
-        return bytes(out[0])
-    return b"".join(out)
+    if run >= 0:
+        out.append(view[run:end])
+    return out
