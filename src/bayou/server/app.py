@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import ipaddress
 import logging
 import signal
@@ -440,6 +441,10 @@ class BayouServer:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stopping.set)
         await self.start()
+        # what start-up built (modules, kio's message schemas, the recovered logs' indexes) lives
+        # as long as the process: out of the cyclic collector's way, a full collection scans only
+        # what serving made since (tens of ms to well under one: a latency tail under load)
+        gc.freeze()
         try:
             await self._stopping.wait()
             log.info("shutting down")

@@ -42,6 +42,7 @@ from typing import Generic, Protocol, TypeVar
 
 from bayou.broker.ordering import Ordered, serving
 from bayou.server.base import Connection, Listener
+from bayou.server.writes import CoalescingWriter
 
 F = TypeVar("F")
 F_co = TypeVar("F_co", covariant=True)
@@ -68,15 +69,21 @@ def _never() -> bool:
     return False
 
 
-async def _write(writer: asyncio.StreamWriter, reply: Reply) -> None:
-    """Write one frame's reply and drain it (back-pressure: a peer that does not read stops us)."""
+async def _write(writer: asyncio.StreamWriter, reply: Reply, last: bool = False) -> None:
+    """Write one frame's reply and drain it (back-pressure: a peer that does not read stops us).
+    ``last``: the reply to the last frame one read brought, sent at once (server/writes.py)."""
     if reply is None:
+        if last and isinstance(writer, CoalescingWriter):
+            writer.write(b"", now=True)
         return
-    if isinstance(reply, list):
-        for piece in reply:
+    pieces = reply if isinstance(reply, list) else [reply]
+    if last and isinstance(writer, CoalescingWriter):
+        for piece in pieces[:-1]:
             writer.write(piece)
+        writer.write(pieces[-1], now=True)
     else:
-        writer.write(reply)
+        for piece in pieces:
+            writer.write(piece)
     await writer.drain()
 
 
@@ -114,10 +121,10 @@ async def serve_frames(conn: Connection, listener: Listener, reader: Framing[F],
                 frames = [] if final is None else [final]
             else:
                 frames = reader.feed(data)
-            for frame in frames:
+            for i, frame in enumerate(frames):
                 conn.busy += 1
                 try:
-                    await _write(writer, await handle(frame))
+                    await _write(writer, await handle(frame), i == len(frames) - 1 and not reader.stalled)
                 finally:
                     conn.busy -= 1
                 if done():
