@@ -322,9 +322,11 @@ async def test_create_topic_options_set_bayou_topic_config(env: Env) -> None:
 
 
 def msgs(message_ids: Sequence[int], *, headers: bool = False) -> list[m.Message]:
-    """Equal-size messages (so an L send without headers takes the column-wise fast path)."""
-    extra = (m.UserHeader.of("h", S, "v"),) if headers else ()
-    return [m.Message(b"m-%05d" % (i & 0xFFFF), i, extra) for i in message_ids]
+    """Equal-size messages (so an L send takes the column-wise fast path); ``headers``: each with
+    a user header whose size varies, which only the per-message path takes."""
+    def extra(i: int) -> tuple[m.UserHeader, ...]:
+        return (m.UserHeader.of("h", S, "v" * (1 + i % 3)),) if headers else ()
+    return [m.Message(b"m-%05d" % (i & 0xFFFF), i, extra(i)) for i in message_ids]
 
 
 async def dedup_topic(conn: LegacyConn, name: str, on: bool = True, partitions: int = 1) -> None:

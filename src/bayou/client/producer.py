@@ -34,7 +34,7 @@ from bayou.records.compression import Compression
 
 def partition_for_key(key: bytes, partitions: int) -> int:
     """The partition of ``key`` (xxHash32 modulo the count, as Iggy's messages-key sends)."""
-    return int(xxhash.xxh32_intdigest(key)) % partitions
+    return xxhash.xxh32_intdigest(key) % partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +83,7 @@ class _Accumulator:
 
     def choose(self, topic: str, key: bytes | None, partitions: int) -> int:
         if key is not None:
-            return partition_for_key(key, partitions)
+            return xxhash.xxh32_intdigest(key) % partitions  # partition_for_key, inline
         p = self.sticky.get(topic)
         if p is None or p >= partitions:
             p = secrets.randbelow(partitions)
@@ -99,7 +99,10 @@ class _Accumulator:
             b = self.open[(topic, partition)] = _Batch(topic, partition)
         b.values.append(value)
         b.size += (len(value) if value is not None else 0) + 64
-        if key is not None or headers or b.keys is not None or b.headers is not None:
+        if key is not None and b.keys is not None and not headers and b.headers is None:
+            b.keys.append(key)  # the common keyed case, inline
+            b.size += len(key)
+        elif key is not None or headers or b.keys is not None or b.headers is not None:
             b.add_extras(key, headers)
         if b.size >= self.batch_size or len(b.values) >= self.max_batch_records:
             del self.open[(topic, partition)]

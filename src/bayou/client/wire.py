@@ -150,10 +150,18 @@ def _send_body(values: Sequence[bytes | None], keys: Sequence[bytes | None] | No
     has_keys = keys is not None and any(k is not None for k in keys)
     has_headers = headers is not None and any(headers)
     every_value = all(values)  # no empty or null value: those travel as envelopes
-    if not has_keys and not has_headers and every_value:
-        body = _uniform_body(values, message_ids, origin_us)  # type: ignore[arg-type]
+    if not has_headers and every_value:
+        body = _uniform_body(values, message_ids, origin_us,  # type: ignore[arg-type]
+                             keys if has_keys else None)
         if body is not None:
             return body
+    return _general_body(values, keys, headers, message_ids, origin_us)
+
+
+def _general_body(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                  headers: Sequence[HeaderList] | None, message_ids: Sequence[int] | None,
+                  origin_us: int) -> bytes:
+    """``_send_body`` a message at a time: any mix of sizes, keys, headers and null values."""
     index = bytearray()
     parts: list[bytes] = []
     end = 0
@@ -180,16 +188,38 @@ def _send_body(values: Sequence[bytes | None], keys: Sequence[bytes | None] | No
     return bytes(index) + b"".join(parts)
 
 
-def _uniform_body(values: Sequence[bytes], message_ids: Sequence[int] | None, origin_us: int) -> bytes | None:
-    """Index + messages for same-size values without headers, built as numpy columns."""
+def _uniform_body(values: Sequence[bytes], message_ids: Sequence[int] | None, origin_us: int,
+                  keys: Sequence[bytes | None] | None = None) -> bytes | None:
+    """Index + messages for same-size values without headers, built as numpy columns; with
+    ``keys``, every one of them of one length (1-255 bytes), each the message's one user header
+    (what ``_general_body`` writes for it). None when they are not so."""
     n = len(values)
     size = len(values[0])
     data = b"".join(values)
     if len(data) != n * size:
         return None
-    stride = L_HEADER_SIZE + size
-    dtype = np.dtype([*_L_DTYPE_FIELDS, ("payload", f"V{size}")] if size else _L_DTYPE_FIELDS)
-    rows = np.zeros(n, dtype=dtype)
+    fields = [*_L_DTYPE_FIELDS, ("payload", f"V{size}")] if size else list(_L_DTYPE_FIELDS)
+    key_prefix = b""
+    key_data = b""
+    if keys is not None:
+        key_size = len(keys[0] or b"")
+        if not 1 <= key_size <= _MAX_FIELD:
+            return None
+        try:
+            key_data = b"".join(keys)  # type: ignore[arg-type]
+        except TypeError:  # a record without a key among keyed ones
+            return None
+        if len(key_data) != n * key_size:
+            return None
+        key_prefix = _KEY_FIELD + _TLV.pack(_KIND_RAW, key_size)
+        fields += [("key_prefix", f"V{len(key_prefix)}"), ("key", f"V{key_size}")]
+    hl = len(key_prefix) + (len(key_data) // n if key_data else 0)
+    stride = L_HEADER_SIZE + size + hl
+    rows = np.zeros(n, dtype=np.dtype(fields))
+    if key_data:
+        rows["hl"] = hl
+        rows["key_prefix"] = np.frombuffer(key_prefix, f"V{len(key_prefix)}")[0]
+        rows["key"] = np.frombuffer(key_data, f"V{hl - len(key_prefix)}")
     if isinstance(message_ids, range) and message_ids.step == 1 and n and \
             message_ids.start >> 64 == message_ids[-1] >> 64:
         # one producer's consecutive sequences (the idempotent producer, the Spark sink)

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from bayou.client.wire import (
     KAFKA_SCHEMA,
     KEY_HEADER,
+    _general_body,
+    _uniform_body,
     decode_headers,
     encode_headers,
     polled_to_arrow,
@@ -41,6 +43,32 @@ def test_uniform_send_decodes_like_the_server_reads_it() -> None:
     assert [msg.payload for msg in req.messages] == values
     assert [msg.id for msg in req.messages] == ids
     assert all(msg.headers == () for msg in req.messages)
+
+
+@given(n=st.integers(1, 40), size=st.integers(1, 60), key_size=st.integers(1, 255),
+       seed=st.binary(min_size=1, max_size=8), ids=st.booleans())
+def test_keys_of_one_length_take_the_column_wise_path_and_write_what_the_loop_writes(
+        n: int, size: int, key_size: int, seed: bytes, ids: bool) -> None:
+    values = [(seed + bytes([i % 256])) * size for i in range(n)]
+    values = [v[:size] for v in values]
+    keys: list[bytes | None] = [(bytes([i % 256]) + seed) * key_size for i in range(n)]
+    keys = [k[:key_size] for k in keys if k is not None]
+    message_ids = [(3 << 64) | (i + 1) for i in range(n)] if ids else None
+    fast = _uniform_body(values, message_ids, 17, keys)
+    assert fast is not None
+    assert fast == _general_body(values, keys, None, message_ids, 17)
+    req = decode_legacy_send(_payload(send_frame(STREAM, TOPIC, 0, values, keys, message_ids=message_ids)))
+    assert [(msg.payload, [(h.name, h.value) for h in msg.headers]) for msg in req.messages] == [
+        (v, [(KEY_HEADER, k)]) for v, k in zip(values, keys, strict=True)]
+
+
+def test_keys_of_other_lengths_or_missing_leave_the_column_wise_path() -> None:
+    values = [b"v1", b"v2"]
+    assert _uniform_body(values, None, 0, [b"k", b"kk"]) is None
+    assert _uniform_body(values, None, 0, [b"k", None]) is None
+    assert _uniform_body(values, None, 0, [None, b"k"]) is None
+    assert _uniform_body(values, None, 0, [b"", b""]) is None  # an empty key: the envelope
+    assert _uniform_body(values, None, 0, [b"x" * 256] * 2) is None  # past Iggy's 255 bytes
 
 
 def test_keyed_send_carries_the_key_as_a_header() -> None:

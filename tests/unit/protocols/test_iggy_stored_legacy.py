@@ -5,6 +5,8 @@ paths give: ``legacy_send_frames`` == ``frames_from_messages(decode_legacy_send(
 from __future__ import annotations
 
 import xxhash
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.batches import (
@@ -66,13 +68,39 @@ def test_other_sends_fall_back() -> None:
     mixed = (m.Message(b"a", 1, (), T0), m.Message(b"bb", 2, (), T0))
     body, pos, count = send_body(mixed)
     assert legacy_send_frames(body, pos, count, now_us=NOW) is None  # sizes differ
-    hdr = (m.Message(b"a", 1, (m.UserHeader.of("k", m.HeaderKind.STRING, "v"),), T0),)
+    # user headers of one size but another layout (key and value lengths swapped)
+    hdr = (m.Message(b"a", 1, (m.UserHeader.of("k", m.HeaderKind.STRING, "vv"),), T0),
+           m.Message(b"a", 2, (m.UserHeader.of("kk", m.HeaderKind.STRING, "v"),), T0))
     body, pos, count = send_body(hdr)
-    assert legacy_send_frames(body, pos, count, now_us=NOW) is None  # user headers
+    assert legacy_send_frames(body, pos, count, now_us=NOW) is None
+    # a header block that does not decode (kind 0 in the second message): the slow path reports it
+    hdr = (m.Message(b"a", 1, (m.UserHeader.of("k", m.HeaderKind.STRING, "v"),), T0),) * 2
+    body, pos, count = send_body(hdr)
+    bad = bytearray(body)
+    bad[len(bad) - 6] = 0  # the last message's value kind byte (kind, u32 length, "v")
+    assert bad[len(bad) - 5:] == b"\x01\0\0\0v"
+    assert legacy_send_frames(bytes(bad), pos, count, now_us=NOW) is None
     body, pos, count = send_body((m.Message(b"a", 1, (), T0), m.Message(b"b", 2, (), T0)))
     bad = bytearray(body)
     L_INDEX.pack_into(bad, pos, 1, 65, 0)  # non-zero index offset field: the slow path reports it
     assert legacy_send_frames(bytes(bad), pos, count, now_us=NOW) is None
+
+
+@given(keys=st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=30),
+       key_size=st.integers(1, 40), extra=st.booleans())
+def test_keyed_sends_of_one_size_match_the_per_message_path(keys: list[bytes], key_size: int,
+                                                             extra: bool) -> None:
+    """Bayou's SDK sends a record's key as a user header: keys of one length keep every message
+    the same size, and the column-wise path takes them (or falls back: never a different store)."""
+    fixed = [(k * key_size)[:key_size] for k in keys]
+    headers = [(m.UserHeader(b"bayou.key", k, m.HeaderKind.RAW, m.HeaderKind.RAW),)
+               + ((m.UserHeader.of("trace", m.HeaderKind.STRING, "t-1"),) if extra else ())
+               for k in fixed]
+    msgs = tuple(m.Message(b"v%04d" % i, 1000 + i, h, T0 + i) for i, h in enumerate(headers))
+    body, pos, count = send_body(msgs)
+    fast = legacy_send_frames(body, pos, count, now_us=NOW)
+    assert fast is not None
+    assert fast == frames_from_messages(decode_legacy_send(body).messages, now_us=NOW)
 
 
 def test_uniform_poll_matches_the_per_message_path() -> None:

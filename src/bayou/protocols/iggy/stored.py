@@ -34,7 +34,7 @@ from bayou.protocols.iggy.batches import (
 from bayou.protocols.iggy.codes import Status
 from bayou.protocols.iggy.framing import IggyError
 from bayou.protocols.iggy.messages import Message
-from bayou.protocols.iggy.wire import MAX_USER_HEADERS, enc_user_headers
+from bayou.protocols.iggy.wire import MAX_USER_HEADERS, decode_user_headers, enc_user_headers
 
 _xxh3 = xxhash.xxh3_64_intdigest
 _V_BATCH_FIELDS = struct.Struct("<QQQQQI")
@@ -275,12 +275,31 @@ def _mint_ids(lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any]) -> None:
     lo[zero] = (rnd[:, 0] & ~np.uint64(0xC << 60)) | np.uint64(0x8 << 60)  # RFC 4122 variant
 
 
+def _header_layout(block: bytes | memoryview) -> list[int] | None:
+    """The positions of every kind byte and length field in a user-header block (B.2), or None
+    when the block does not decode. Two blocks of one size with the same bytes at these
+    positions decode alike: the TLV walk reads nothing else."""
+    try:
+        decode_user_headers(bytes(block))
+    except IggyError:
+        return None
+    out: list[int] = []
+    p = 0
+    while p < len(block):
+        out.extend(range(p, p + 5))  # kind u8, length u32
+        p += 5 + _U32.unpack_from(block, p + 1)[0]
+    return out
+
+
 def legacy_send_frames(payload: bytes, pos: int, count: int, *, now_us: int
                        ) -> tuple[bytes, int, int] | None:
     """(frames to store, batch origin timestamp, frame size) for an L send (B.5) whose ``count``
-    messages all have the same size, no user headers and checksum 0 (what apache-iggy 0.8 sends),
-    converted column-wise; None when the send is anything else, for ``decode_legacy_send`` (which
-    also reports every error with the 0.8 server's code)."""
+    messages all have the same size, payload and user-header sizes and checksum 0 (what
+    apache-iggy 0.8 and bayou's SDK send), converted column-wise; None when the send is anything
+    else, for ``decode_legacy_send`` (which also reports every error with the 0.8 server's code).
+    User headers are checked column-wise too: the first message's block must decode, and every
+    other block must have the same kind bytes and length fields (a keyed SDK send: one header,
+    keys of one length)."""
     area = pos + 16 * count
     if count == 0 or area > len(payload) or (len(payload) - area) % count:
         return None
@@ -292,11 +311,21 @@ def legacy_send_frames(payload: bytes, pos: int, count: int, *, now_us: int
             or not (index["end"] == np.arange(1, count + 1, dtype=np.uint64) * stride).all()):
         return None
     msgs = np.frombuffer(payload, _l_dtype(stride), count, offset=area)
-    pl = stride - L_HEADER_SIZE
-    if (msgs["ck"].any() or msgs["rsv"].any() or msgs["hl"].any() or not (msgs["pl"] == pl).all()
-            or pl > MAX_PAYLOAD):
+    hl = int(msgs["hl"][0])
+    pl = stride - L_HEADER_SIZE - hl
+    if (msgs["ck"].any() or msgs["rsv"].any() or not (msgs["hl"] == hl).all()
+            or not (msgs["pl"] == pl).all() or not 1 <= pl <= MAX_PAYLOAD or hl > MAX_USER_HEADERS):
         return None
-    vstride = V_FRAME_SIZE + pl
+    if hl:
+        first = area + L_HEADER_SIZE + pl
+        layout = _header_layout(memoryview(payload)[first:first + hl])
+        if layout is None:
+            return None
+        rows = np.frombuffer(payload, np.uint8, count * stride, offset=area).reshape(count, stride)
+        fields = rows[:, L_HEADER_SIZE + pl + np.array(layout, dtype=np.intp)]
+        if not (fields == fields[0]).all():
+            return None
+    vstride = V_FRAME_SIZE + pl + hl
     out = np.zeros(count, _v_dtype(vstride))
     lo, hi = msgs["lo"].copy(), msgs["hi"].copy()
     _mint_ids(lo, hi)
@@ -306,6 +335,7 @@ def legacy_send_frames(payload: bytes, pos: int, count: int, *, now_us: int
     out["lo"], out["hi"] = lo, hi
     out["od"] = np.arange(count, dtype=np.uint32)
     out["td"] = np.minimum(origins - np.uint64(base), np.uint64(U32_MAX))
+    out["hl"] = hl
     out["pl"] = pl
     out["body"] = msgs["body"]
     frames = out.tobytes()
