@@ -322,8 +322,7 @@ async def test_create_topic_options_set_bayou_topic_config(env: Env) -> None:
 
 
 def msgs(message_ids: Sequence[int], *, headers: bool = False) -> list[m.Message]:
-    """Equal-size messages (so an L send takes the column-wise fast path); ``headers``: each with
-    a user header whose size varies, which only the per-message path takes."""
+    """Equal-size messages; ``headers``: each with a user header whose size varies."""
     def extra(i: int) -> tuple[m.UserHeader, ...]:
         return (m.UserHeader.of("h", S, "v" * (1 + i % 3)),) if headers else ()
     return [m.Message(b"m-%05d" % (i & 0xFFFF), i, extra(i)) for i in message_ids]
@@ -340,7 +339,9 @@ async def test_replayed_ids_are_stored_once(env: Env, path: str, monkeypatch: py
     real = iggy_produce.legacy_send_frames
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        out = real(*args, **kwargs)
+        # "legacy-decoded": the send the column-wise path would take is left to the per-message
+        # path (what a send with message checksums, which apache-iggy 0.8 does not set, takes)
+        out = None if path == "legacy-decoded" else real(*args, **kwargs)
         fast.append(out is not None)
         return out
 

@@ -34,7 +34,7 @@ from bayou.protocols.iggy.batches import (
 from bayou.protocols.iggy.codes import Status
 from bayou.protocols.iggy.framing import IggyError
 from bayou.protocols.iggy.messages import Message
-from bayou.protocols.iggy.wire import MAX_USER_HEADERS, decode_user_headers, enc_user_headers
+from bayou.protocols.iggy.wire import MAX_FIELD, MAX_USER_HEADERS, decode_user_headers, enc_user_headers
 
 _xxh3 = xxhash.xxh3_64_intdigest
 _V_BATCH_FIELDS = struct.Struct("<QQQQQI")
@@ -293,11 +293,25 @@ def _header_layout(block: bytes | memoryview) -> list[int] | None:
 
 def legacy_send_frames(payload: bytes, pos: int, count: int, *, now_us: int
                        ) -> tuple[bytes, int, int] | None:
-    """(frames to store, batch origin timestamp, frame size) for an L send (B.5) whose ``count``
-    messages all have the same size, payload and user-header sizes and checksum 0 (what
-    apache-iggy 0.8 and bayou's SDK send), converted column-wise; None when the send is anything
-    else, for ``decode_legacy_send`` (which also reports every error with the 0.8 server's code).
-    User headers are checked column-wise too: the first message's block must decode, and every
+    """(frames to store, batch origin timestamp, common frame size or 0) for an L send (B.5) of
+    ``count`` messages with checksum 0 (what apache-iggy 0.8 and bayou's SDK send), converted
+    column-wise in numpy: messages of one size and one user-header layout as fixed-size rows,
+    any other sizes through index arithmetic (each message's 64-byte header gathered, its body
+    copied as one slice), with only the XXH3 of each frame (and, for messages of different
+    header layouts, a walk of each header block) left per message. None when the send is
+    anything else (a checksum, a field out of range, a block that does not decode), for
+    ``decode_legacy_send``, which reports every error with the 0.8 server's code."""
+    area = pos + 16 * count
+    if count == 0 or area >= len(payload):
+        return None
+    uniform = _uniform_legacy(payload, pos, count, now_us=now_us)
+    return uniform if uniform is not None else _varied_legacy(payload, pos, count, now_us=now_us)
+
+
+def _uniform_legacy(payload: bytes, pos: int, count: int, *, now_us: int
+                    ) -> tuple[bytes, int, int] | None:
+    """``legacy_send_frames`` for messages that all have the same size, payload and user-header
+    sizes. User headers are checked column-wise: the first message's block must decode, and every
     other block must have the same kind bytes and length fields (a keyed SDK send: one header,
     keys of one length)."""
     area = pos + 16 * count
@@ -341,6 +355,91 @@ def legacy_send_frames(payload: bytes, pos: int, count: int, *, now_us: int
     frames = out.tobytes()
     out["ck"] = _checksums(frames, vstride, count)
     return out.tobytes(), base, vstride
+
+
+_L_HEAD_DTYPE = np.dtype({"names": ["ck", "lo", "hi", "off", "ts", "origin", "hl", "pl", "rsv"],
+                          "formats": ["<u8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u8"],
+                          "offsets": [0, 8, 16, 24, 32, 40, 48, 52, 56], "itemsize": L_HEADER_SIZE})
+_V_HEAD_DTYPE = np.dtype({"names": ["ck", "lo", "hi", "od", "td", "hl", "pl", "rsv"],
+                          "formats": ["<u8", "<u8", "<u8", "<u4", "<u4", "<u4", "<u4", "<u8"],
+                          "offsets": [0, 8, 16, 24, 28, 32, 36, 40], "itemsize": V_FRAME_SIZE})
+_L_HEAD_SPAN = np.arange(L_HEADER_SIZE, dtype=np.int64)
+_V_HEAD_SPAN = np.arange(V_FRAME_SIZE, dtype=np.int64)
+_CK_SPAN = np.arange(8, dtype=np.int64)
+
+
+def _blocks_decode(payload: bytes, starts: list[int], sizes: list[int]) -> bool:
+    """Whether every user-header block ``payload[start:start + size]`` decodes as
+    ``decode_user_headers`` reads it (pairs of kind u8 non-zero, length u32 1..MAX_FIELD, bytes),
+    without building the headers."""
+    for q, size in zip(starts, sizes, strict=True):
+        end = q + size
+        while q < end:
+            for _half in (0, 1):  # the key, then its value
+                if end - q < 5 or payload[q] == 0:
+                    return False
+                length = payload[q + 1] | payload[q + 2] << 8 | payload[q + 3] << 16 | payload[q + 4] << 24
+                if not 1 <= length <= MAX_FIELD or length > end - q - 5:
+                    return False
+                q += 5 + length
+    return True
+
+
+def _varied_legacy(payload: bytes, pos: int, count: int, *, now_us: int
+                   ) -> tuple[bytes, int, int] | None:
+    """``legacy_send_frames`` for messages of any sizes: positions from the index table, each
+    message's header gathered into one array, the bodies (payload and user headers, the same
+    bytes in both layouts) copied to their frames a slice each."""
+    area = pos + 16 * count
+    index = np.frombuffer(payload, _L_INDEX_DTYPE, count, offset=pos)
+    if index["zero"].any() or index["ts"].any():
+        return None
+    ends = index["end"].astype(np.int64)
+    starts = np.empty(count, np.int64)
+    starts[0] = 0
+    starts[1:] = ends[:-1]
+    sizes = ends - starts
+    area_len = len(payload) - area
+    if int(ends[-1]) != area_len or (sizes <= L_HEADER_SIZE).any():
+        return None
+    raw = np.frombuffer(payload, np.uint8)
+    h = raw[(area + starts)[:, None] + _L_HEAD_SPAN].view(_L_HEAD_DTYPE).reshape(count)
+    hl = h["hl"].astype(np.int64)
+    pl = h["pl"].astype(np.int64)
+    if (h["ck"].any() or h["rsv"].any() or not (L_HEADER_SIZE + pl + hl == sizes).all()
+            or (pl < 1).any() or (pl > MAX_PAYLOAD).any() or (hl > MAX_USER_HEADERS).any()):
+        return None
+    with_headers = np.flatnonzero(hl)
+    if len(with_headers) and not _blocks_decode(
+            payload, (area + starts + L_HEADER_SIZE + pl)[with_headers].tolist(), hl[with_headers].tolist()):
+        return None
+    out_sizes = sizes - (L_HEADER_SIZE - V_FRAME_SIZE)
+    out_starts = np.cumsum(out_sizes) - out_sizes
+    total = int(out_sizes.sum())
+    buf = bytearray(total)
+    src = memoryview(payload)
+    for a, o, n in zip((area + starts + L_HEADER_SIZE).tolist(), (out_starts + V_FRAME_SIZE).tolist(),
+                       (sizes - L_HEADER_SIZE).tolist(), strict=True):
+        buf[o:o + n] = src[a:a + n]  # the body: payload and user headers, as they came
+    out = np.frombuffer(buf, np.uint8)
+    heads_out = out_starts[:, None] + _V_HEAD_SPAN
+    v = np.zeros(count, _V_HEAD_DTYPE)
+    lo, hi = h["lo"].copy(), h["hi"].copy()
+    _mint_ids(lo, hi)
+    origins = h["origin"].copy()
+    origins[origins == 0] = now_us
+    base = int(origins.min())
+    v["lo"], v["hi"] = lo, hi
+    v["od"] = np.arange(count, dtype=np.uint32)
+    v["td"] = np.minimum(origins - np.uint64(base), np.uint64(U32_MAX))
+    v["hl"], v["pl"] = hl, pl
+    out[heads_out] = v.view(np.uint8).reshape(count, V_FRAME_SIZE)
+    mv = memoryview(buf)
+    checksums = np.fromiter((_xxh3(mv[a + 8 : a + n]) for a, n in zip(out_starts.tolist(), out_sizes.tolist(),
+                                                                       strict=True)), np.uint64, count)
+    out[out_starts[:, None] + _CK_SPAN] = checksums.view(np.uint8).reshape(count, 8)
+    first = int(out_sizes[0])
+    return bytes(buf), base, first if (out_sizes == first).all() else 0
 
 
 def legacy_messages_uniform(data: bytes | memoryview, first: int, stride: int, i0: int, i1: int, *,
