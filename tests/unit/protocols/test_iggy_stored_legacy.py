@@ -9,7 +9,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bayou.protocols.iggy import messages as m
-from bayou.protocols.iggy.framing import IggyError
 from bayou.protocols.iggy.batches import (
     L_INDEX,
     POLL_PREFIX,
@@ -19,6 +18,7 @@ from bayou.protocols.iggy.batches import (
     encode_legacy_send,
     read_send_metadata,
 )
+from bayou.protocols.iggy.framing import IggyError
 from bayou.protocols.iggy.stored import (
     frames_from_messages,
     legacy_messages,
