@@ -4,6 +4,7 @@ idempotence, errors, the asyncio API, and records crossing to and from the V1 pr
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,6 +201,48 @@ def test_assign_and_seek(broker: BrokerProcess, client: Client) -> None:
         assert c.position(tp) == 4
         with pytest.raises(BayouClientError):
             c.commit()  # no group
+
+
+def _fetch_ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("bayou-fetch-ahead")]
+
+
+def test_fetch_ahead_reads_each_record_once_and_a_seek_or_assign_drops_what_it_fetched(
+        broker: BrokerProcess, client: Client) -> None:
+    client.create_topic("sdk-ahead", 2)
+    client.send("sdk-ahead", 0, [b"r%03d" % i for i in range(105)])
+    client.send("sdk-ahead", 1, [b"other"])
+    tp, other = TopicPartition("sdk-ahead", 0), TopicPartition("sdk-ahead", 1)
+    with Consumer(_boot(broker), max_poll_records=10) as c:
+        assert c.fetch_ahead
+        c.assign([tp])
+        c.seek(tp, 0)
+        got: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 105 and time.monotonic() < deadline:
+            got += [r.offset for r in c.poll(1000)]
+        assert got == list(range(105))  # full batches were fetched ahead: none lost, none twice
+        assert c.poll(200) == []
+        c.seek(tp, 0)
+        assert [r.offset for r in c.poll(1000)] == list(range(10))  # ahead: 10-19, asked at 10
+        # what was fetched ahead at 10 is not what a seek to 50 reads
+        c.seek(tp, 50)
+        assert [r.offset for r in c.poll(1000)] == list(range(50, 60))
+        assert [r.offset for r in c.poll(1000, max_records=3)] == [60, 61, 62]  # a smaller poll
+        assert [r.offset for r in c.poll(1000)] == list(range(63, 73))
+        c.assign([other])  # a new assignment: the batch fetched ahead for partition 0 goes
+        c.seek(other, 0)
+        assert [(r.partition, r.value) for r in c.poll(1000)] == [(1, b"other")]
+        assert _fetch_ahead_threads()
+    deadline = time.monotonic() + 10
+    while _fetch_ahead_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _fetch_ahead_threads()  # close() stopped its thread
+    with Consumer(_boot(broker), max_poll_records=10, fetch_ahead=False) as c:
+        c.assign([tp])
+        c.seek(tp, 0)
+        assert [r.offset for r in c.poll(1000)] == list(range(10))
+        assert not _fetch_ahead_threads()
 
 
 def test_errors(broker: BrokerProcess) -> None:

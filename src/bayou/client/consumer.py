@@ -12,7 +12,9 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,8 +35,11 @@ class TopicPartition:
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
+class ConsumerRecord(NamedTuple):
+    """One record as ``Consumer.poll`` returns it. A named tuple, as kafka-python's
+    ``ConsumerRecord`` is: immutable, fields by name, and made a third as fast as a frozen
+    dataclass (a poll makes one per record)."""
+
     topic: str
     partition: int
     offset: int
@@ -61,10 +66,10 @@ def records_of(batch: pa.RecordBatch) -> list[ConsumerRecord]:
     else:
         headers = [tuple((h["key"], h["value"]) for h in row) if row else ()
                    for row in headers_col.to_pylist()]
-    return list(map(ConsumerRecord, col(names.index("topic")).to_pylist(),
-                    col(names.index("partition")).to_pylist(), col(names.index("offset")).to_pylist(),
-                    ts, col(names.index("key")).to_pylist(), col(names.index("value")).to_pylist(),
-                    headers))
+    rows = zip(col(names.index("topic")).to_pylist(), col(names.index("partition")).to_pylist(),
+               col(names.index("offset")).to_pylist(), ts, col(names.index("key")).to_pylist(),
+               col(names.index("value")).to_pylist(), headers, strict=True)
+    return list(map(tuple.__new__, itertools.repeat(ConsumerRecord), rows))  # no __new__ call per row
 
 
 class Consumer:
@@ -75,16 +80,28 @@ class Consumer:
     broker gives this member. A partition without a committed offset starts at
     ``auto_offset_reset`` ("earliest" or "latest"). With ``enable_auto_commit`` the positions are
     committed every ``auto_commit_interval_ms`` and on ``close``.
+
+    With ``fetch_ahead`` (the default), a poll that returns a full batch of a partition (more is
+    likely behind it) has the next batch fetched at once, by a thread of its own on a second
+    connection, while the caller handles the records: a consumer catching up does not wait for
+    the broker between polls. The batch is used only if the position is still where it was asked
+    for (a seek or a new assignment drops it); records in the log do not change, so it is what a
+    fetch at the next poll would read.
     """
 
     def __init__(self, bootstrap: str = "127.0.0.1:8090", *, group_id: str | None = None,
                  username: str = "iggy", password: str = "iggy", auto_offset_reset: str = "latest",
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
                  max_poll_records: int = 500, rebalance_check_ms: int = 1000, timeout: float = 30.0,
-                 tls: TlsConfig | None = None) -> None:
+                 tls: TlsConfig | None = None, fetch_ahead: bool = True) -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise ValueError(f"auto_offset_reset must be earliest or latest, not {auto_offset_reset!r}")
         self.client = Client(bootstrap, username=username, password=password, timeout=timeout, tls=tls)
+        self._client_args = (bootstrap, username, password, timeout, tls)
+        self.fetch_ahead = fetch_ahead
+        self._ahead: dict[TopicPartition, tuple[int, Future[pa.RecordBatch]]] = {}
+        self._fetcher: ThreadPoolExecutor | None = None  # the fetch-ahead thread, made when first needed
+        self._fetch_client: Client | None = None  # its connection (used by that thread only)
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit and group_id is not None
@@ -221,16 +238,24 @@ class Consumer:
             out: list[pa.RecordBatch] = []
             taken = 0
             n = len(self._assigned)
+            for tp in [tp for tp in self._ahead if tp not in self._assigned]:
+                self._ahead.pop(tp)[1].cancel()
             for i in range(n):
                 tp = self._assigned[(self._rr + i) % n]
                 if taken >= limit:
                     break
-                batch = self.client.fetch_arrow(tp.topic, tp.partition, self.position(tp), limit - taken)
+                pos = self.position(tp)
+                want = limit - taken
+                batch = self._take_ahead(tp, pos, want)
+                if batch is None:
+                    batch = self.client.fetch_arrow(tp.topic, tp.partition, pos, want)
                 if batch.num_rows:
                     last = batch.column(4)[batch.num_rows - 1].as_py()
                     self._positions[tp] = last + 1
                     out.append(batch)
                     taken += batch.num_rows
+                    if self.fetch_ahead and batch.num_rows == want:
+                        self._fetch_next(tp, last + 1, max(limit, self.max_poll_records))
             self._rr = (self._rr + 1) % max(n, 1)
             left = deadline - time.monotonic()
             if out or left <= 0:
@@ -239,6 +264,34 @@ class Consumer:
                 continue
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.1)
+
+    def _take_ahead(self, tp: TopicPartition, pos: int, want: int) -> pa.RecordBatch | None:
+        """The batch fetched ahead for ``tp`` if it was asked for at ``pos`` (at most ``want``
+        rows of it), else None: the caller fetches now (and so reports any error itself)."""
+        entry = self._ahead.pop(tp, None)
+        if entry is None:
+            return None
+        at, future = entry
+        if at != pos:
+            future.cancel()
+            return None
+        try:
+            batch = future.result()
+        except Exception:  # fetched again by the caller, which raises it
+            return None
+        return batch if batch.num_rows <= want else batch.slice(0, want)
+
+    def _fetch_next(self, tp: TopicPartition, pos: int, limit: int) -> None:
+        if self._fetcher is None:
+            self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="bayou-fetch-ahead")
+        self._ahead[tp] = (pos, self._fetcher.submit(self._fetch_on_thread, tp, pos, limit))
+
+    def _fetch_on_thread(self, tp: TopicPartition, pos: int, limit: int) -> pa.RecordBatch:
+        if self._fetch_client is None:
+            bootstrap, username, password, timeout, tls = self._client_args
+            self._fetch_client = Client(bootstrap, username=username, password=password, timeout=timeout,
+                                        tls=tls)
+        return self._fetch_client.fetch_arrow(tp.topic, tp.partition, pos, limit)
 
     def _wait(self, left: float) -> bool:
         """Wait at the broker until an assigned partition has a record past its position (at most
@@ -299,4 +352,13 @@ class Consumer:
         except BayouClientError:
             pass
         finally:
+            for _pos, future in self._ahead.values():
+                future.cancel()
+            self._ahead.clear()
+            if self._fetcher is not None:
+                self._fetcher.shutdown(wait=True)
+                self._fetcher = None
+            if self._fetch_client is not None:
+                self._fetch_client.close()
+                self._fetch_client = None
             self.client.close()
