@@ -72,19 +72,13 @@ def _never() -> bool:
 async def _write(writer: asyncio.StreamWriter, reply: Reply, last: bool = False) -> None:
     """Write one frame's reply and drain it (back-pressure: a peer that does not read stops us).
     ``last``: the reply to the last frame one read brought, sent at once (server/writes.py)."""
-    if reply is None:
-        if last and isinstance(writer, CoalescingWriter):
-            writer.write(b"", now=True)
-        return
-    pieces = reply if isinstance(reply, list) else [reply]
+    pieces = [] if reply is None else reply if isinstance(reply, list) else [reply]
+    for piece in pieces:
+        writer.write(piece)
     if last and isinstance(writer, CoalescingWriter):
-        for piece in pieces[:-1]:
-            writer.write(piece)
-        writer.write(pieces[-1], now=True)
-    else:
-        for piece in pieces:
-            writer.write(piece)
-    await writer.drain()
+        writer.write(b"", now=True)  # this reply and any before it leave now
+    if reply is not None:
+        await writer.drain()
 
 
 MAX_PIPELINED = 64  # frames of one connection in flight at once (served, reply not yet written)
