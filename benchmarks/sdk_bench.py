@@ -7,7 +7,7 @@ Phases (each reports msg/s, MB/s and the CPU seconds of this process and of the 
   producer-lz4   Producer(compression="lz4"); producer-zstd likewise (batches compressed on the wire)
   client-send    Client.send() of ready batches (--batch values a call): the column-wise path
   fetch-arrow    Client.fetch_arrow() of everything back, --batch records a call
-  consumer       Consumer.poll() records (Python objects per record) of a slice
+  consumer       Consumer.poll() records (Python objects per record) of partition 0, fetch-ahead on
   newest         the newest message's latency: one message per ms, a consumer at the log end
 
     .venv/bin/python benchmarks/sdk_bench.py
@@ -159,7 +159,7 @@ def main() -> None:
             return got
 
         def consume() -> int:
-            m = min(n, 200_000)
+            m = n // args.partitions  # all of partition 0 (client-send spread n over the partitions)
             with Consumer(boot, max_poll_records=args.batch) as c:
                 c.assign([TopicPartition("bench-send", 0)])
                 c.seek(TopicPartition("bench-send", 0), 0)
