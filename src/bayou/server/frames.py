@@ -42,7 +42,6 @@ from typing import Generic, Protocol, TypeVar
 
 from bayou.broker.ordering import Ordered, serving
 from bayou.server.base import Connection, Listener
-from bayou.server.writes import CoalescingWriter
 
 F = TypeVar("F")
 F_co = TypeVar("F_co", covariant=True)
@@ -69,16 +68,16 @@ def _never() -> bool:
     return False
 
 
-async def _write(writer: asyncio.StreamWriter, reply: Reply, last: bool = False) -> None:
-    """Write one frame's reply and drain it (back-pressure: a peer that does not read stops us).
-    ``last``: the reply to the last frame one read brought, sent at once (server/writes.py)."""
-    pieces = [] if reply is None else reply if isinstance(reply, list) else [reply]
-    for piece in pieces:
-        writer.write(piece)
-    if last and isinstance(writer, CoalescingWriter):
-        writer.write(b"", now=True)  # this reply and any before it leave now
-    if reply is not None:
-        await writer.drain()
+async def _write(writer: asyncio.StreamWriter, reply: Reply) -> None:
+    """Write one frame's reply and drain it (back-pressure: a peer that does not read stops us)."""
+    if reply is None:
+        return
+    if isinstance(reply, list):
+        for piece in reply:
+            writer.write(piece)
+    else:
+        writer.write(reply)
+    await writer.drain()
 
 
 MAX_PIPELINED = 64  # frames of one connection in flight at once (served, reply not yet written)
@@ -115,10 +114,10 @@ async def serve_frames(conn: Connection, listener: Listener, reader: Framing[F],
                 frames = [] if final is None else [final]
             else:
                 frames = reader.feed(data)
-            for i, frame in enumerate(frames):
+            for frame in frames:
                 conn.busy += 1
                 try:
-                    await _write(writer, await handle(frame), i == len(frames) - 1 and not reader.stalled)
+                    await _write(writer, await handle(frame))
                 finally:
                     conn.busy -= 1
                 if done():

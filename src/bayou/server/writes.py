@@ -38,18 +38,12 @@ class CoalescingWriter:
         self._loop = asyncio.get_running_loop()
         self.transport = writer.transport
 
-    def write(self, data: bytes | bytearray | memoryview, *, now: bool = False) -> None:
-        """Buffer ``data``; ``now``: hand it and what is buffered over at once, without waiting
-        for the end of the pass (the serve loop's last reply to what one read brought: nothing
-        more would join it in this pass, and the pass's callback would cost one more turn of the
-        event loop, an epoll call included)."""
-        if data:
-            self._pieces.append(data)
-            self._size += len(data)
-        if now:
-            self.flush()
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
             return
-        if data and not self._scheduled:
+        self._pieces.append(data)
+        self._size += len(data)
+        if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._send)
 

@@ -90,22 +90,6 @@ def test_the_replies_of_one_pass_leave_in_one_send(loop_kind: str) -> None:
 
 
 @LOOPS
-def test_a_write_now_leaves_at_once_with_what_is_buffered(loop_kind: str) -> None:
-    async def serve(out: CoalescingWriter, handed: list[bytes]) -> None:
-        out.write(b"first;")
-        out.write(b"last;", now=True)  # the serve loop's reply to the last frame of a read
-        assert handed == [b"first;last;"]  # handed over before the pass ends
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        assert handed == [b"first;last;"]  # the pass's callback found nothing left
-        out.write(b"", now=True)  # nothing buffered: nothing sent
-        assert handed == [b"first;last;"]
-
-    data, _handed = _run(loop_kind, _exchange(serve))
-    assert data == b"first;last;"
-
-
-@LOOPS
 def test_drain_sends_a_large_buffer_at_once(loop_kind: str) -> None:
     async def serve(out: CoalescingWriter, handed: list[bytes]) -> None:
         out.write(b"a" * (FLUSH_BYTES - 1))
