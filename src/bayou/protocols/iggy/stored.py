@@ -291,6 +291,21 @@ def _header_layout(block: bytes | memoryview) -> list[int] | None:
     return out
 
 
+def _v_columns(frames: np.ndarray[Any, Any], messages: np.ndarray[Any, Any], count: int, now_us: int) -> int:
+    """Fill the id, offset-delta and timestamp-delta columns of V frame headers ``frames`` from
+    the L message headers ``messages`` (ids 0 minted, origin timestamps 0 taken as ``now_us``);
+    returns the batch's origin timestamp, from which the deltas count."""
+    lo, hi = messages["lo"].copy(), messages["hi"].copy()
+    _mint_ids(lo, hi)
+    origins = messages["origin"].copy()
+    origins[origins == 0] = now_us
+    base = int(origins.min())
+    frames["lo"], frames["hi"] = lo, hi
+    frames["od"] = np.arange(count, dtype=np.uint32)
+    frames["td"] = np.minimum(origins - np.uint64(base), np.uint64(U32_MAX))
+    return base
+
+
 def legacy_send_frames(payload: bytes, pos: int, count: int, *, now_us: int
                        ) -> tuple[bytes, int, int] | None:
     """(frames to store, batch origin timestamp, common frame size or 0) for an L send (B.5) of
@@ -341,14 +356,7 @@ def _uniform_legacy(payload: bytes, pos: int, count: int, *, now_us: int
             return None
     vstride = V_FRAME_SIZE + pl + hl
     out = np.zeros(count, _v_dtype(vstride))
-    lo, hi = msgs["lo"].copy(), msgs["hi"].copy()
-    _mint_ids(lo, hi)
-    origins = msgs["origin"].copy()
-    origins[origins == 0] = now_us
-    base = int(origins.min())
-    out["lo"], out["hi"] = lo, hi
-    out["od"] = np.arange(count, dtype=np.uint32)
-    out["td"] = np.minimum(origins - np.uint64(base), np.uint64(U32_MAX))
+    base = _v_columns(out, msgs, count, now_us)
     out["hl"] = hl
     out["pl"] = pl
     out["body"] = msgs["body"]
@@ -424,14 +432,7 @@ def _varied_legacy(payload: bytes, pos: int, count: int, *, now_us: int
     out = np.frombuffer(buf, np.uint8)
     heads_out = out_starts[:, None] + _V_HEAD_SPAN
     v = np.zeros(count, _V_HEAD_DTYPE)
-    lo, hi = h["lo"].copy(), h["hi"].copy()
-    _mint_ids(lo, hi)
-    origins = h["origin"].copy()
-    origins[origins == 0] = now_us
-    base = int(origins.min())
-    v["lo"], v["hi"] = lo, hi
-    v["od"] = np.arange(count, dtype=np.uint32)
-    v["td"] = np.minimum(origins - np.uint64(base), np.uint64(U32_MAX))
+    base = _v_columns(v, h, count, now_us)
     v["hl"], v["pl"] = hl, pl
     out[heads_out] = v.view(np.uint8).reshape(count, V_FRAME_SIZE)
     mv = memoryview(buf)
