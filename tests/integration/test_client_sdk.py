@@ -245,6 +245,29 @@ def test_fetch_ahead_reads_each_record_once_and_a_seek_or_assign_drops_what_it_f
         assert not _fetch_ahead_threads()
 
 
+def test_a_failed_fetch_ahead_is_fetched_again_and_turns_fetching_ahead_off(
+        broker: BrokerProcess, client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    client.create_topic("sdk-ahead-fails", 1)
+    client.send("sdk-ahead-fails", 0, [b"r%03d" % i for i in range(35)])
+    tries: list[int] = []
+
+    def refused(self: Consumer, tp: TopicPartition, pos: int, limit: int) -> object:
+        tries.append(pos)
+        raise BrokerConnectionError("the second connection is refused")
+
+    monkeypatch.setattr(Consumer, "_fetch_on_thread", refused)
+    tp = TopicPartition("sdk-ahead-fails", 0)
+    with Consumer(_boot(broker), max_poll_records=10) as c:
+        c.assign([tp])
+        c.seek(tp, 0)
+        got: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 35 and time.monotonic() < deadline:
+            got += [r.offset for r in c.poll(1000)]
+        assert got == list(range(35))
+        assert tries == [10] and not c.fetch_ahead  # tried once, then the poll's own fetches
+
+
 def test_errors(broker: BrokerProcess) -> None:
     with pytest.raises(AuthenticationError):
         Client(_boot(broker), password="wrong").list_topics()

@@ -86,7 +86,8 @@ class Consumer:
     connection, while the caller handles the records: a consumer catching up does not wait for
     the broker between polls. The batch is used only if the position is still where it was asked
     for (a seek or a new assignment drops it); records in the log do not change, so it is what a
-    fetch at the next poll would read.
+    fetch at the next poll would read. A fetch ahead that fails turns fetching ahead off (the
+    poll fetches on its own connection, which reports any error).
     """
 
     def __init__(self, bootstrap: str = "127.0.0.1:8090", *, group_id: str | None = None,
@@ -278,6 +279,9 @@ class Consumer:
         try:
             batch = future.result()
         except Exception:  # fetched again by the caller, which raises it
+            # and no more fetching ahead: a second connection that cannot log in (a connection
+            # limit, a password changed meanwhile) must not be tried again at every poll
+            self.fetch_ahead = False
             return None
         return batch if batch.num_rows <= want else batch.slice(0, want)
 
