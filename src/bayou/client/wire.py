@@ -201,6 +201,7 @@ def _uniform_body(values: Sequence[bytes], message_ids: Sequence[int] | None, or
     fields = [*_L_DTYPE_FIELDS, ("payload", f"V{size}")] if size else list(_L_DTYPE_FIELDS)
     key_prefix = b""
     key_data = b""
+    key_size = 0
     if keys is not None:
         key_size = len(keys[0] or b"")
         if not 1 <= key_size <= _MAX_FIELD:
@@ -213,13 +214,13 @@ def _uniform_body(values: Sequence[bytes], message_ids: Sequence[int] | None, or
             return None
         key_prefix = _KEY_FIELD + _TLV.pack(_KIND_RAW, key_size)
         fields += [("key_prefix", f"V{len(key_prefix)}"), ("key", f"V{key_size}")]
-    hl = len(key_prefix) + (len(key_data) // n if key_data else 0)
+    hl = len(key_prefix) + key_size
     stride = L_HEADER_SIZE + size + hl
     rows = np.zeros(n, dtype=np.dtype(fields))
-    if key_data:
+    if key_size:
         rows["hl"] = hl
         rows["key_prefix"] = np.frombuffer(key_prefix, f"V{len(key_prefix)}")[0]
-        rows["key"] = np.frombuffer(key_data, f"V{hl - len(key_prefix)}")
+        rows["key"] = np.frombuffer(key_data, f"V{key_size}")
     if isinstance(message_ids, range) and message_ids.step == 1 and n and \
             message_ids.start >> 64 == message_ids[-1] >> 64:
         # one producer's consecutive sequences (the idempotent producer, the Spark sink)
