@@ -23,7 +23,7 @@ import pytest
 from bayou.broker import Broker, BrokerConfig
 from bayou.protocols.cursus.batch import decode_head, decode_messages
 from bayou.protocols.iggy import messages as m
-from bayou.protocols.iggy.codes import Status
+from bayou.protocols.iggy.codes import Command, Status
 from bayou.server.app import BayouServer, IggyOptions, ServerConfig
 from bayou.server.iggy import produce as iggy_produce
 from bayou.server.iggy.catalog import DEFAULT_STREAM_ID, DEFAULT_STREAM_NAME
@@ -438,4 +438,62 @@ async def test_deduplication_survives_a_restart(env: Env) -> None:
     await conn.call(send(DEFAULT_STREAM_NAME, "durable", 1, msgs(ids(1, 6, producer=P + 7))))
     assert [i for _o, i, _v in env.stored("durable", 0)] == ids(1, 15)
     assert [i for _o, i, _v in env.stored("durable", 1)] == ids(1, 6, producer=P + 7)
+    await conn.close()
+
+
+# -- POLL_BATCHES: the V layout on the legacy transport --------------------------------------------
+
+
+def batches_of(req: m.PollMessages) -> m.PollBatches:
+    return m.PollBatches(req.consumer, req.stream, req.topic, req.partition_id, req.strategy, req.count,
+                         req.auto_commit)
+
+
+async def test_poll_batches_serves_what_poll_messages_serves(env: Env) -> None:
+    """Stored frames (L and V sends: one size, mixed sizes, keys, headers) and records converted
+    from other protocols come back from POLL_BATCHES as POLL_MESSAGES gives them, from any
+    offset and in any count."""
+    conn = await env.legacy()
+    v = await env.vsr()
+    await conn.call(m.CreateTopic(DEFAULT, "pb", 1))
+    await conn.call(send(DEFAULT_STREAM_NAME, "pb", 0, [b"u" * 40] * 30))  # one size: column-wise
+    await conn.call(send(DEFAULT_STREAM_NAME, "pb", 0, [
+        m.Message(b"k" * 40, 0, (key_header(b"key-%03d" % i),)) for i in range(20)]))  # keys of one length
+    await v.call(send(DEFAULT_STREAM_NAME, "pb", 0, [
+        m.Message(b"x" * i, 0, (m.UserHeader.of("h", S, "v"),) if i % 2 else ()) for i in range(1, 12)]))
+    for line in ("V1|1|PRODUCE|pb k1:from-v1", "V1|2|PRODUCE|pb :no-key"):  # converted when polled
+        reply = await env.v1(line)
+        assert reply.startswith(line[:5] + "OK|"), reply
+    end = 30 + 20 + 11 + 2
+    assert env.broker.partition_bounds("pb", 0)[1] == end
+    for start, count in ((0, 1000), (0, 1), (25, 10), (45, 17), (60, 5), (end, 10)):
+        req = poll(DEFAULT_STREAM_NAME, "pb", 0, value=start, count=count)
+        legacy = await conn.call(req)
+        batches = await conn.call(batches_of(req))
+        assert isinstance(batches, m.PolledMessages)
+        assert batches.current_offset == legacy.current_offset == end - 1
+        assert batches.messages == legacy.messages, (start, count)
+        assert [x.offset for x in batches.messages] == list(range(start, min(start + count, end)))
+    # auto_commit stores the offset as POLL_MESSAGES does
+    group = m.Consumer(m.ConsumerKind.CONSUMER, m.Identifier("pb-reader"))
+    await conn.call(batches_of(poll(DEFAULT_STREAM_NAME, "pb", 0, value=0, count=7, auto_commit=True,
+                                    consumer=group)))
+    info = await conn.call(m.GetConsumerOffset(group, DEFAULT, ident("pb"), 0))
+    assert info.stored_offset == 6
+    await conn.close()
+    await v.close()
+
+
+async def test_poll_batches_is_refused_where_iggy_has_no_such_command(env: Env) -> None:
+    req = batches_of(poll(DEFAULT_STREAM_NAME, "nowhere", 0))
+    anonymous = await LegacyConn.open(env.port("iggy"))
+    assert (await anonymous.ask(req)).status == Status.UNAUTHENTICATED
+    await anonymous.close()
+    v = await env.vsr()  # VSR framing: not a command a 0.9 client has
+    assert (await v.status(req)) == Status.INVALID_COMMAND
+    await v.close()
+    conn = await env.legacy()
+    assert (await conn.ask(req)).status == Status.TOPIC_NAME_NOT_FOUND  # a poll's own statuses
+    assert (await conn.ask_code(int(Command.POLL_BATCHES), b"\x01")).status == Status.INVALID_COMMAND
+    await conn.call(m.Ping())  # the connection stays
     await conn.close()

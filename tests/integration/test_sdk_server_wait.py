@@ -136,11 +136,13 @@ def test_the_consumer_waits_at_the_broker_and_gets_a_record_at_once(broker: Brok
     try:
         consumer.assign([TopicPartition("wait-consumer", 0), TopicPartition("wait-consumer", 1)])
         assert consumer.poll(timeout_ms=50) == []  # positions known (the log end)
-        polls, waits = _requests(broker, "POLL_MESSAGES"), _requests(broker, "WAIT_FOR_MESSAGES")
+        polls, waits = _requests(broker, "POLL_BATCHES"), _requests(broker, "WAIT_FOR_MESSAGES")
+        legacy = _requests(broker, "POLL_MESSAGES")
         assert consumer.poll(timeout_ms=1500) == []
         # one wait of at most a second and a poll after each: not a poll every 5-100 ms
-        assert _requests(broker, "POLL_MESSAGES") - polls <= 2 * 3
+        assert _requests(broker, "POLL_BATCHES") - polls <= 2 * 3
         assert _requests(broker, "WAIT_FOR_MESSAGES") - waits >= 1
+        assert _requests(broker, "POLL_MESSAGES") == legacy  # bayou's SDK polls bayou with POLL_BATCHES
 
         def send_later() -> None:
             time.sleep(0.3)

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from bayou.client.connection import encode
 from bayou.client.errors import BayouClientError, UnknownPartitionError, UnknownTopicError, error_for
-from bayou.client.wire import HeaderList, polled_to_arrow, send_frame
+from bayou.client.wire import HeaderList, batches_to_arrow, polled_to_arrow, send_frame
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codes import Status
 from bayou.protocols.iggy.wire import U32
@@ -101,6 +101,7 @@ class Resolver:
 
     def __init__(self) -> None:
         self.cache: dict[str, Address] = {}
+        self.poll_batches = True  # until the broker answers POLL_BATCHES as unknown
 
     def forget(self, topic: str) -> None:
         self.cache.pop(topic, None)
@@ -213,9 +214,24 @@ def offset_for_time(r: Resolver, topic: str, partition: int, timestamp_ms: int) 
 def fetch_arrow(r: Resolver, topic: str, partition: int, offset: int, max_records: int,
                 end_offset: int | None = None, include_headers: bool = True,
                 consumer: m.Consumer = SDK_CONSUMER) -> Op[pa.RecordBatch]:
+    """Records from ``offset``, as an Arrow record batch. Asked with bayou's POLL_BATCHES (the V
+    layout: the broker sends the frames it stores as they are); a broker without it (a real Iggy
+    server, an older bayou) answers InvalidCommand, and this client polls with POLL_MESSAGES."""
     addr = yield from r.address(topic)
-    req = m.PollMessages(consumer, *addr, partition, m.PollingStrategy(m.PollingKind.OFFSET, offset),
-                         max_records, False)
+    strategy = m.PollingStrategy(m.PollingKind.OFFSET, offset)
+    if r.poll_batches:
+        try:
+            batches = m.PollBatches(consumer, *addr, partition, strategy, max_records, False)
+            payload = yield Raw(encode(batches), f"poll {topic}/{partition}")
+        except BayouClientError as exc:
+            if exc.status != Status.INVALID_COMMAND:
+                raise
+            r.poll_batches = False
+        else:
+            batch, _current = batches_to_arrow(payload, topic, partition, end_offset=end_offset,
+                                               include_headers=include_headers)
+            return batch
+    req = m.PollMessages(consumer, *addr, partition, strategy, max_records, False)
     payload = yield Raw(encode(req), f"poll {topic}/{partition}")
     batch, _current = polled_to_arrow(payload, topic, partition, end_offset=end_offset,
                                       include_headers=include_headers)

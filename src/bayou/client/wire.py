@@ -1,13 +1,14 @@
-"""The SDK's hot paths, sans-IO: SEND_MESSAGES payloads built from columns, and POLL_MESSAGES
-replies turned into Arrow record batches, both in the legacy (0.8) layout (iggy.md B.5).
+"""The SDK's hot paths, sans-IO: SEND_MESSAGES payloads built from columns in the legacy (0.8)
+layout (iggy.md B.5), and poll replies turned into Arrow record batches: bayou's POLL_BATCHES (the
+V layout, C.9, which bayou stores) and, from brokers without it, POLL_MESSAGES (the 0.8 layout).
 
 A record key travels as the user header ``bayou.key`` (string key, raw value): that is how bayou's
 Iggy listener shows a record key to Iggy clients and how it stores a key an Iggy client sends. A
 record Iggy cannot carry as itself (a key of 0 or over 255 bytes, an empty or null value, a header
 with an empty, null or long value) travels as bayou's record envelope (``bayou.records.iggy``), so
 every Kafka record goes through exactly, both ways.
-When every message of a send or a poll has the same size and no headers, both directions work
-column-wise with numpy instead of per message.
+When every message of a send or a poll has the same size and no headers (or a key of one length),
+both directions work column-wise with numpy instead of per message.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ import numpy as np
 import pyarrow as pa
 
 from bayou.protocols.iggy import messages as m
-from bayou.protocols.iggy.batches import L_HEADER, L_HEADER_SIZE, L_INDEX, POLL_PREFIX
+from bayou.protocols.iggy.batches import (
+    L_HEADER,
+    L_HEADER_SIZE,
+    L_INDEX,
+    POLL_PREFIX,
+    V_BATCH,
+    V_BATCH_SIZE,
+    V_FRAME_SIZE,
+)
 from bayou.protocols.iggy.codes import Command
 from bayou.protocols.iggy.compressed import envelope
 from bayou.protocols.iggy.framing import encode_legacy_request
@@ -54,6 +63,8 @@ LOG_APPEND_TIME = 1  # Kafka's timestampType for a broker-assigned timestamp
 _L_DTYPE_FIELDS = [("checksum", "<u8"), ("id_lo", "<u8"), ("id_hi", "<u8"), ("offset", "<u8"),
                    ("timestamp", "<u8"), ("origin", "<u8"), ("hl", "<u4"), ("pl", "<u4"),
                    ("reserved", "<u8")]
+
+_V_FRAME_HEAD = struct.Struct("<IIII")  # a V frame's offset delta, origin delta, hl, pl (at byte 24)
 
 HeaderList = Sequence[tuple[str, bytes | None]]  # a None value: Kafka's null header value
 
@@ -294,24 +305,155 @@ def _walk_to_arrow(payload: bytes, pos: int, count: int, topic: str, partition: 
         body = pos + L_HEADER_SIZE
         offsets[i] = offset
         stamps[i] = ts
-        value: bytes | None = bytes(mv[body : body + pl])
-        if hl:
-            if hl == len(_ENVELOPE_FIELDS) and mv[body + pl : body + pl + hl] == _ENVELOPE_FIELDS:
-                key, value, inner = decode_envelope(value or b"")
-                hdrs = list(inner)
-            else:
-                key, hdrs = decode_headers(payload, body + pl, body + pl + hl)
-        else:
-            key, hdrs = None, []
-        values.append(value)
-        keys.append(key)
-        headers.append(hdrs)
+        _message(payload, mv, body, pl, hl, keys, values, headers)
         pos = body + pl + hl
-    header_array = (pa.array([[{"key": k, "value": v} for k, v in h] for h in headers],
-                             type=KAFKA_HEADERS_TYPE) if include_headers and any(headers)
-                    else _empty_headers(count))
     return _batch(pa.array(values, type=pa.binary()), pa.array(keys, type=pa.binary()), offsets, stamps,
-                  header_array, topic, partition)
+                  _headers_array(headers, count, include_headers), topic, partition)
+
+
+def _message(payload: bytes, mv: memoryview, body: int, pl: int, hl: int, keys: list[bytes | None],
+             values: list[bytes | None], headers: list[list[tuple[str, bytes | None]]]) -> None:
+    """One message's key, value and headers (its body at ``body``: payload, then user headers)."""
+    value: bytes | None = bytes(mv[body : body + pl])
+    if hl:
+        if hl == len(_ENVELOPE_FIELDS) and mv[body + pl : body + pl + hl] == _ENVELOPE_FIELDS:
+            key, value, inner = decode_envelope(value or b"")
+            hdrs = list(inner)
+        else:
+            key, hdrs = decode_headers(payload, body + pl, body + pl + hl)
+    else:
+        key, hdrs = None, []
+    values.append(value)
+    keys.append(key)
+    headers.append(hdrs)
+
+
+def _headers_array(headers: list[list[tuple[str, bytes | None]]], count: int, include: bool) -> pa.Array:
+    if include and any(headers):
+        return pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], type=KAFKA_HEADERS_TYPE)
+    return _empty_headers(count)
+
+
+# -- bayou's POLL_BATCHES reply: the V layout (C.9), the frames the broker stores ----------------
+
+_V_FRAME_FIELDS = (("id_lo", "<u8", 8), ("id_hi", "<u8", 16), ("od", "<u4", 24), ("hl", "<u4", 32),
+                   ("pl", "<u4", 36))  # a V frame's header fields: name, format, position
+_KEY_PREFIX_SIZE = len(_KEY_FIELD) + _TLV.size  # the "bayou.key" name field and the value's kind, length
+
+
+class _Run:
+    """The messages of one batch record: their columns (values and keys as Arrow arrays)."""
+
+    __slots__ = ("headers", "keys", "offsets", "timestamp", "values")
+
+    def __init__(self, offsets: np.ndarray, timestamp: int, values: pa.Array, keys: pa.Array,
+                 headers: list[list[tuple[str, bytes | None]]] | None) -> None:
+        self.offsets, self.timestamp, self.values, self.keys = offsets, timestamp, values, keys
+        self.headers = headers  # None: no message has headers
+
+
+def batches_to_arrow(payload: bytes, topic: str, partition: int, *, end_offset: int | None = None,
+                     include_headers: bool = True) -> tuple[pa.RecordBatch, int]:
+    """A POLL_BATCHES reply (bayou's extension: the 16-byte prefix, then V batch records of
+    256-byte headers and 48-byte frames) as a record batch in ``KAFKA_SCHEMA`` (rows at or past
+    ``end_offset`` left out), and the broker's current offset. A record whose frames all have one
+    size and no user headers, or one ``bayou.key`` of one length, is read column-wise."""
+    _pid, current, count = POLL_PREFIX.unpack_from(payload, 0)
+    pos, end = POLL_PREFIX.size, len(payload)
+    runs: list[_Run] = []
+    total = 0
+    while pos < end:
+        if end - pos < V_BATCH_SIZE:
+            raise ValueError(f"POLL_BATCHES reply: {end - pos} bytes where a batch header should be")
+        _p, base, ts, _origin, length, _ck, n = V_BATCH.unpack_from(payload, pos)
+        if length < V_BATCH_SIZE + n * V_FRAME_SIZE or length > end - pos:
+            raise ValueError(f"POLL_BATCHES reply: a batch of {n} frames is {length} bytes")
+        if n:
+            run = _uniform_run(payload, pos + V_BATCH_SIZE, pos + length, n, base, ts)
+            runs.append(run or _walk_run(payload, pos + V_BATCH_SIZE, pos + length, n, base, ts))
+        total += n
+        pos += length
+    if total != count:
+        raise ValueError(f"POLL_BATCHES reply: {total} messages, its prefix says {count}")
+    return _cut(_runs_batch(runs, total, topic, partition, include_headers), end_offset), current
+
+
+def _uniform_run(payload: bytes, body: int, end: int, n: int, base: int, ts: int) -> _Run | None:
+    hl, pl = struct.unpack_from("<II", payload, body + 32)
+    stride = V_FRAME_SIZE + pl + hl
+    if stride * n != end - body:
+        return None
+    key_size = hl - _KEY_PREFIX_SIZE
+    if hl and not 1 <= key_size <= _MAX_FIELD:
+        return None
+    fields = list(_V_FRAME_FIELDS)
+    if pl:
+        fields.append(("payload", f"V{pl}", V_FRAME_SIZE))
+    if hl:
+        fields += [("key_prefix", f"V{_KEY_PREFIX_SIZE}", V_FRAME_SIZE + pl),
+                   ("key", f"V{key_size}", V_FRAME_SIZE + pl + _KEY_PREFIX_SIZE)]
+    names, formats, offsets = zip(*fields, strict=True)
+    rows = np.frombuffer(payload, np.dtype({"names": list(names), "formats": list(formats),
+                                            "offsets": list(offsets), "itemsize": stride}), n, body)
+    if not ((rows["pl"] == pl).all() and (rows["hl"] == hl).all()):
+        return None
+    keys: pa.Array = pa.nulls(n, pa.binary())
+    if hl:
+        prefix = _KEY_FIELD + _TLV.pack(_KIND_RAW, key_size)
+        if not (rows["key_prefix"] == np.frombuffer(prefix, f"V{_KEY_PREFIX_SIZE}")[0]).all():
+            return None
+        keys = _fixed_binary(rows["key"].tobytes(), n, key_size)
+    values = _fixed_binary(rows["payload"].tobytes() if pl else b"", n, pl)
+    return _Run(rows["od"].astype(np.int64) + base, ts, values, keys, None)
+
+
+def _fixed_binary(data: bytes, n: int, size: int) -> pa.Array:
+    value_offsets = np.arange(0, (n + 1) * size, size, dtype=np.int32) if size else np.zeros(n + 1, np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(value_offsets), pa.py_buffer(data)])
+
+
+def _walk_run(payload: bytes, pos: int, end: int, n: int, base: int, ts: int) -> _Run:
+    offsets = np.empty(n, dtype=np.int64)
+    values: list[bytes | None] = []
+    keys: list[bytes | None] = []
+    headers: list[list[tuple[str, bytes | None]]] = []
+    mv = memoryview(payload)
+    unpack = _V_FRAME_HEAD.unpack_from
+    for i in range(n):
+        if end - pos < V_FRAME_SIZE:
+            raise ValueError(f"POLL_BATCHES reply: frame {i} of {n} beyond its batch")
+        od, _td, hl, pl = unpack(payload, pos + 24)
+        body = pos + V_FRAME_SIZE
+        pos = body + pl + hl
+        if pos > end:
+            raise ValueError(f"POLL_BATCHES reply: frame {i} of {n} beyond its batch")
+        offsets[i] = base + od
+        _message(payload, mv, body, pl, hl, keys, values, headers)
+    if pos != end:
+        raise ValueError(f"POLL_BATCHES reply: {end - pos} bytes after a batch's last frame")
+    return _Run(offsets, ts, pa.array(values, type=pa.binary()), pa.array(keys, type=pa.binary()),
+                headers if any(headers) else None)
+
+
+def _runs_batch(runs: list[_Run], total: int, topic: str, partition: int, include_headers: bool
+                ) -> pa.RecordBatch:
+    if not runs:
+        return _batch(pa.array([], type=pa.binary()), pa.array([], type=pa.binary()),
+                      np.empty(0, np.int64), np.empty(0, np.int64), _empty_headers(0), topic, partition)
+    if len(runs) == 1:
+        r = runs[0]
+        values, keys, offsets = r.values, r.keys, r.offsets
+        stamps = np.full(total, r.timestamp, dtype=np.int64)
+    else:
+        values = pa.concat_arrays([r.values for r in runs])
+        keys = pa.concat_arrays([r.keys for r in runs])
+        offsets = np.concatenate([r.offsets for r in runs])
+        stamps = np.concatenate([np.full(len(r.offsets), r.timestamp, dtype=np.int64) for r in runs])
+    if include_headers and any(r.headers for r in runs):
+        headers = _headers_array([h for r in runs for h in (r.headers or [[]] * len(r.offsets))], total, True)
+    else:
+        headers = _empty_headers(total)
+    return _batch(values, keys, offsets, stamps, headers, topic, partition)
 
 
 def _empty_headers(count: int) -> pa.Array:

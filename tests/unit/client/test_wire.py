@@ -13,6 +13,9 @@ from bayou.client.wire import (
     KAFKA_SCHEMA,
     KEY_HEADER,
     _general_body,
+    _uniform_run,
+    _walk_run,
+    batches_to_arrow,
     _uniform_body,
     decode_headers,
     encode_headers,
@@ -20,7 +23,7 @@ from bayou.client.wire import (
     send_frame,
 )
 from bayou.protocols.iggy import messages as m
-from bayou.protocols.iggy.batches import decode_legacy_send, encode_legacy_polled
+from bayou.protocols.iggy.batches import V_BATCH_SIZE, decode_legacy_send, encode_legacy_polled, encode_vsr_polled
 from bayou.protocols.iggy.codes import Command
 from bayou.protocols.iggy.framing import Dialect
 from bayou.records.iggy import decode_envelope
@@ -152,6 +155,72 @@ def test_send_then_poll_round_trip(rows: list[tuple[bytes, bytes | None, list[tu
     block = encode_headers(keys[0], headers[0])
     key, hdrs = decode_headers(block, 0, len(block))
     assert key == keys[0] and hdrs == headers[0]
+
+
+# -- bayou's POLL_BATCHES: the V layout ------------------------------------------------------------
+
+
+def _both(messages: list[m.PolledMessage], **kw: int) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """The same messages served as POLL_MESSAGES (L) and as POLL_BATCHES (V), read by the SDK."""
+    polled = m.PolledMessages(0, 99, tuple(messages))
+    legacy, lc = polled_to_arrow(encode_legacy_polled(polled), "t", 3, **kw)  # type: ignore[arg-type]
+    batches, vc = batches_to_arrow(encode_vsr_polled(polled), "t", 3, **kw)  # type: ignore[arg-type]
+    assert lc == vc == 99
+    return legacy, batches
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=40), _KEYS, _HEADERS, st.integers(0, 2)), max_size=30),
+       st.one_of(st.none(), st.integers(0, 40)))
+def test_a_batches_reply_reads_as_the_same_legacy_reply(
+        rows: list[tuple[bytes, bytes | None, list[tuple[str, bytes]], int]], end: int | None) -> None:
+    """Any records (envelopes, keys, headers; runs of one server timestamp, so several per batch
+    record) read the same from either layout, with or without an end offset."""
+    req = decode_legacy_send(_payload(send_frame(STREAM, TOPIC, 0, [r[0] for r in rows], [r[1] for r in rows],
+                                                 [r[2] for r in rows]))) if rows else None
+    msgs = [m.PolledMessage(5 + i, 1_000 + rows[i][3], 7, i + 1, msg.payload, msg.headers)
+            for i, msg in enumerate(req.messages if req else ())]
+    legacy, batches = _both(msgs, **({} if end is None else {"end_offset": end}))
+    assert batches.schema == KAFKA_SCHEMA
+    assert batches.equals(legacy)
+
+
+@pytest.mark.parametrize("key_size", [0, 1, 9, 255])
+def test_uniform_batch_records_are_read_column_wise(key_size: int) -> None:
+    key = (m.UserHeader.of(KEY_HEADER, m.HeaderKind.RAW, b"k" * key_size),) if key_size else ()
+    msgs = [m.PolledMessage(100 + i, 2_000, 7, i + 1, bytes([i]) * 30, key) for i in range(40)]
+    legacy, batches = _both(msgs)
+    assert batches.equals(legacy)
+    payload = encode_vsr_polled(m.PolledMessages(0, 99, tuple(msgs)))
+    body, end = 16 + V_BATCH_SIZE, len(payload)
+    run = _uniform_run(payload, body, end, 40, 100, 2_000)
+    assert run is not None  # the column-wise path takes it
+    walked = _walk_run(payload, body, end, 40, 100, 2_000)
+    assert run.values.equals(walked.values) and run.keys.equals(walked.keys)
+    assert list(run.offsets) == list(walked.offsets) == list(range(100, 140))
+
+
+@pytest.mark.parametrize("headers", [
+    (m.UserHeader.of("trace", m.HeaderKind.RAW, b"abcdefghi"),),  # one header, not a key, of a key's size
+    (m.UserHeader.of(KEY_HEADER, m.HeaderKind.STRING, "k"),),  # a key field of another kind
+])
+def test_uniform_records_with_other_headers_are_walked(headers: tuple[m.UserHeader, ...]) -> None:
+    msgs = [m.PolledMessage(i, 2_000, 7, i + 1, b"v" * 10, headers) for i in range(5)]
+    legacy, batches = _both(msgs)
+    assert batches.equals(legacy)
+    payload = encode_vsr_polled(m.PolledMessages(0, 99, tuple(msgs)))
+    assert _uniform_run(payload, 16 + V_BATCH_SIZE, len(payload), 5, 0, 2_000) is None
+
+
+def test_a_damaged_batches_reply_is_refused() -> None:
+    msgs = [m.PolledMessage(i, 2_000, 7, i + 1, b"v" * 10) for i in range(5)]
+    good = encode_vsr_polled(m.PolledMessages(0, 99, tuple(msgs)))
+    count_off = good[:12] + (6).to_bytes(4, "little") + good[16:]  # the prefix says 6
+    for bad in (good[:-1], good[: 16 + 100], count_off):
+        with pytest.raises(ValueError, match="POLL_BATCHES reply"):
+            batches_to_arrow(bad, "t", 0)
+    empty, current = batches_to_arrow(good[:12] + bytes(4), "t", 0)
+    assert empty.num_rows == 0 and current == 99
 
 
 def test_schema_matches_sparks_kafka_rows() -> None:

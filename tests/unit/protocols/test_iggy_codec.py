@@ -61,6 +61,7 @@ LEGACY_AND_VSR: list[m.Request] = [
 
 LEGACY_ONLY: list[m.Request] = [
     m.WaitForMessages(500, (m.WaitTopic(S, T, ((0, 3), (1, 0))),)),  # bayou's extension
+    m.PollBatches(CONSUMER, S, T, 2, m.PollingStrategy(m.PollingKind.OFFSET, 7), 500, False),  # bayou's too
     m.LoginUser("iggy", "iggy", "0.10.0", None), m.LoginUser("admin", "secret", None, "ctx"),
     m.LoginWithToken("token-value"),
     m.StoreConsumerOffset(CONSUMER, S, T, 1, 42), m.DeleteConsumerOffset(GROUP, S, T, None),
@@ -444,6 +445,31 @@ def test_wait_for_messages_is_refused_where_iggy_has_no_such_command() -> None:
         codec.decode_request(Dialect.SEED, Command.WAIT_FOR_MESSAGES, payload)
     assert seed.value.status == Status.INVALID_COMMAND
     assert Command.WAIT_FOR_MESSAGES not in NON_REPLICATED_COMMANDS  # nor in VSR framing
+
+
+# -- bayou's POLL_BATCHES (10101) ----------------------------------------------------------------
+
+
+def test_poll_batches_is_poll_messages_under_another_code() -> None:
+    strategy = m.PollingStrategy(m.PollingKind.OFFSET, 1 << 40)
+    batches = m.PollBatches(GROUP, S, T, None, strategy, 5000, True)
+    poll = m.PollMessages(GROUP, S, T, None, strategy, 5000, True)
+    frame = codec.encode_request_frame(batches, Dialect.LEGACY)
+    size, code = struct.unpack_from("<II", frame)
+    assert code == 10_101 and size == len(frame) - 4
+    assert frame[8:] == codec.encode_request_frame(poll, Dialect.LEGACY)[8:]  # the same request bytes
+    assert codec.decode_request(Dialect.LEGACY, code, frame[8:]) == batches
+    with pytest.raises(IggyError) as seed:
+        codec.decode_request(Dialect.SEED, Command.POLL_BATCHES, frame[8:])
+    assert seed.value.status == Status.INVALID_COMMAND
+    assert Command.POLL_BATCHES not in NON_REPLICATED_COMMANDS
+
+
+def test_poll_batches_reply_is_the_v_layout() -> None:
+    polled = m.PolledMessages(0, 9, (m.PolledMessage(8, 1_000, 900, 5, b"a", ()),
+                                     m.PolledMessage(9, 1_000, 950, 6, b"bc", ())))
+    payload = codec.encode_reply(polled, Dialect.VSR)
+    assert codec.decode_reply(Command.POLL_BATCHES, payload, Dialect.LEGACY) == polled
 
 
 @pytest.mark.parametrize("payload", [

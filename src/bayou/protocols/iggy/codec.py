@@ -420,6 +420,12 @@ def _poll(payload: bytes, dialect: Dialect) -> m.Request:
     return m.PollMessages(consumer, stream, topic, partition, strategy, count, auto_commit)
 
 
+def _poll_batches(payload: bytes, dialect: Dialect) -> m.Request:
+    q = _poll(payload, dialect)
+    assert isinstance(q, m.PollMessages)
+    return m.PollBatches(q.consumer, q.stream, q.topic, q.partition_id, q.strategy, q.count, q.auto_commit)
+
+
 def _send(payload: bytes, dialect: Dialect) -> m.Request:
     if dialect is Dialect.VSR:
         return batches.decode_vsr_send(payload)
@@ -607,6 +613,7 @@ DECODERS: Mapping[Command, Decoder] = MappingProxyType({
     Command.LOGIN_REGISTER_WITH_PAT: _login_register_with_token,
     Command.POLL_MESSAGES: _poll,
     Command.WAIT_FOR_MESSAGES: _wait,
+    Command.POLL_BATCHES: _poll_batches,
     Command.SEND_MESSAGES: _send,
     Command.FLUSH_UNSAVED_BUFFER: _flush,
     Command.GET_CONSUMER_OFFSET: _get_offset,
@@ -695,6 +702,11 @@ def decode_frame(dialect: Dialect, frame: LegacyFrame | VsrFrame) -> m.Request:
 # -- request encoders (client side) -------------------------------------------------------------
 
 Encoder = Callable[[Any, Dialect], bytes]
+
+
+def _enc_poll(q: m.PollMessages, d: Dialect) -> bytes:
+    return (_enc_consumer_prefix(q.consumer, q.stream, q.topic, q.partition_id, d)
+            + enc_strategy(q.strategy) + U32.pack(q.count) + U8.pack(q.auto_commit))
 
 
 def _enc_nothing(req: Any, dialect: Dialect) -> bytes:
@@ -819,8 +831,8 @@ ENCODERS: Mapping[type, Encoder] = MappingProxyType({
     m.GetPersonalAccessTokens: _enc_nothing,
     m.CreatePersonalAccessToken: lambda q, d: enc_name8(q.name) + U64.pack(q.expiry),
     m.DeletePersonalAccessToken: lambda q, d: enc_name8(q.name),
-    m.PollMessages: lambda q, d: (_enc_consumer_prefix(q.consumer, q.stream, q.topic, q.partition_id, d)
-                                  + enc_strategy(q.strategy) + U32.pack(q.count) + U8.pack(q.auto_commit)),
+    m.PollMessages: _enc_poll,
+    m.PollBatches: _enc_poll,
     m.SendMessages: _enc_send,
     m.WaitForMessages: lambda q, d: U32.pack(q.max_wait_ms) + U32.pack(len(q.topics)) + b"".join(
         enc_identifier(t.stream) + enc_identifier(t.topic) + U32.pack(len(t.partitions))
@@ -1229,6 +1241,7 @@ REPLY_DECODERS: Mapping[Command, ReplyDecoder] = MappingProxyType({
     Command.LOGIN_REGISTER: _dec_login_register,
     Command.LOGIN_REGISTER_WITH_PAT: _dec_login_register,
     Command.POLL_MESSAGES: _dec_polled,
+    Command.POLL_BATCHES: lambda r, d: batches.decode_vsr_polled(r.rest()),
     Command.SEND_MESSAGES: _dec_confirmations,
     Command.GET_CONSUMER_OFFSET: lambda r, d: m.ConsumerOffsetInfo(r.u32(), r.u64(), r.u64()),
     Command.GET_STREAM: _dec_stream_details,

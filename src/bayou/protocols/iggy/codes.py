@@ -54,6 +54,9 @@ class Command(enum.IntEnum):
     # bayou's extension (not Iggy's; a real Iggy server answers it INVALID_COMMAND): wait until
     # one of the listed partitions has messages at or past an offset (bayou's SDK consumer)
     WAIT_FOR_MESSAGES = 10_100
+    # bayou's extension: POLL_MESSAGES answered in the V layout (batch records of the stored
+    # frames) on the legacy transport, so the SDK reads stored bytes with no 0.8 rewrite
+    POLL_BATCHES = 10_101
     # consumer offsets
     GET_CONSUMER_OFFSET = 120
     STORE_CONSUMER_OFFSET = 121
@@ -182,12 +185,15 @@ def _invert(table: Mapping[Operation, Command]) -> dict[Command, Operation]:
 OPERATION_OF: Mapping[Command, Operation] = MappingProxyType(_invert(COMMAND_OF_OPERATION))
 """The operation a V client uses for a command; a command absent here travels as NON_REPLICATED."""
 
+BAYOU_EXTENSIONS: frozenset[Command] = frozenset({Command.WAIT_FOR_MESSAGES, Command.POLL_BATCHES})
+"""bayou's own commands, on the legacy transport only: a real Iggy server answers them InvalidCommand."""
+
 NON_REPLICATED_COMMANDS: frozenset[Command] = frozenset(
     c for c in Command
-    if c not in OPERATION_OF and c not in LOGIN_COMMANDS and c is not Command.WAIT_FOR_MESSAGES)
+    if c not in OPERATION_OF and c not in LOGIN_COMMANDS and c not in BAYOU_EXTENSIONS)
 """Codes that may ride operation 2 (iggy.md C.5). The legacy logins are not among them: VSR has no
-legacy login, a V client logs in with operation 1. Nor is bayou's WAIT_FOR_MESSAGES: an extension
-for bayou's SDK, which speaks the legacy transport."""
+legacy login, a V client logs in with operation 1. Nor are bayou's extensions (WAIT_FOR_MESSAGES,
+POLL_BATCHES): they serve bayou's SDK, which speaks the legacy transport."""
 
 RESULT_FRAMED: frozenset[Operation] = frozenset(
     {op for op in Operation if 128 <= op <= 149}

@@ -538,6 +538,16 @@ class PollMessages:
 
 
 @dataclass(frozen=True, slots=True)
+class PollBatches(PollMessages):
+    """bayou's extension (command 10101, the legacy transport only): POLL_MESSAGES with the same
+    request, answered in the V layout (C.9: the 16-byte prefix, then batch records) instead of L's
+    64-byte message headers. The broker serves the frames it stores as they are, where L needs each
+    message's header rewritten and its checksum computed; bayou's SDK reads the records column-wise."""
+
+    command: ClassVar[Command] = Command.POLL_BATCHES
+
+
+@dataclass(frozen=True, slots=True)
 class WaitTopic:
     """One topic of a WaitForMessages: (partition, offset) pairs."""
 
@@ -812,7 +822,7 @@ Request = (
     | WaitForMessages | DeleteUser | CreateUser | UpdateUser | UpdatePermissions | ChangePassword | LoginUser
     | LoginWithToken | LoginRegister | LoginRegisterWithToken | LogoutUser
     | GetPersonalAccessTokens | CreatePersonalAccessToken | DeletePersonalAccessToken | PollMessages
-    | SendMessages | FlushUnsavedBuffer | GetConsumerOffset | StoreConsumerOffset
+    | PollBatches     | SendMessages | FlushUnsavedBuffer | GetConsumerOffset | StoreConsumerOffset
     | DeleteConsumerOffset | GetStream | GetStreams | CreateStream | DeleteStream | UpdateStream
     | PurgeStream | GetTopic | GetTopics | CreateTopic | DeleteTopic | UpdateTopic | PurgeTopic
     | CreatePartitions | DeletePartitions | DeleteSegments | GetConsumerGroup | GetConsumerGroups

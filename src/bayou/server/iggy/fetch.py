@@ -103,7 +103,9 @@ class FetchHandlers:
         out_pid = self.ctx.partition_out(s, p)
         if req.count == 0 or start >= hw:
             return POLL_PREFIX.pack(out_pid, current, 0)
-        parts, count, last = await self._read(topic.topic, p, out_pid, start, req.count, hw, dialect,
+        # bayou's POLL_BATCHES: the V layout on the legacy transport (the stored frames as they are)
+        layout = Dialect.VSR if isinstance(req, m.PollBatches) else dialect
+        parts, count, last = await self._read(topic.topic, p, out_pid, start, req.count, hw, layout,
                                               not_before_us, remote=remote, envelope=s.envelopes)
         if req.auto_commit and count:
             await self.broker.commit_offset(key, topic.topic, p, last + 1)
