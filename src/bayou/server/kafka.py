@@ -125,10 +125,10 @@ class KafkaService:
                 return exc.reply
             raise
         header = req.header
-        handler = HANDLERS.get(ApiKey(header.api_key))
+        handler = _HANDLER_OF.get(header.api_key)
         started = time.perf_counter()
         failed = True
-        name = ApiKey(header.api_key).name if handler is not None else UNKNOWN
+        name = _API_NAMES[header.api_key] if handler is not None else UNKNOWN
         try:
             if handler is None:
                 raise KafkaError(f"api_key {header.api_key} has no handler")
@@ -608,6 +608,8 @@ HANDLERS: dict[ApiKey, Handler] = {
         **kafka_txn.HANDLERS,
     }
 """The one dispatch table: API key -> handler (STYLE habit 5)."""
+_HANDLER_OF: dict[int, Handler] = {int(k): h for k, h in HANDLERS.items()}  # looked up by the header's int
+_API_NAMES: dict[int, str] = {int(k): k.name for k in ApiKey}  # the request label of /metrics
 
 
 def is_produce(frame: bytes) -> bool:

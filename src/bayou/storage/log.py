@@ -268,12 +268,7 @@ class PartitionLog:
                 stamp(buf, base)
                 refresh_crc(buf)
                 header = decode_header(buf)
-            placed = BatchHeader(
-                base, header.batch_length, header.leader_epoch, header.magic, header.crc,
-                header.attributes, header.last_offset_delta, header.base_timestamp,
-                header.max_timestamp, header.producer_id, header.producer_epoch,
-                header.base_sequence, header.record_count,
-            )
+            placed = header._replace(base_offset=base)
             try:
                 self.active.append(buf, placed, now)
             except OSError as exc:

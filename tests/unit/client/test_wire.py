@@ -13,17 +13,22 @@ from bayou.client.wire import (
     KAFKA_SCHEMA,
     KEY_HEADER,
     _general_body,
+    _uniform_body,
     _uniform_run,
     _walk_run,
     batches_to_arrow,
-    _uniform_body,
     decode_headers,
     encode_headers,
     polled_to_arrow,
     send_frame,
 )
 from bayou.protocols.iggy import messages as m
-from bayou.protocols.iggy.batches import V_BATCH_SIZE, decode_legacy_send, encode_legacy_polled, encode_vsr_polled
+from bayou.protocols.iggy.batches import (
+    V_BATCH_SIZE,
+    decode_legacy_send,
+    encode_legacy_polled,
+    encode_vsr_polled,
+)
 from bayou.protocols.iggy.codes import Command
 from bayou.protocols.iggy.framing import Dialect
 from bayou.records.iggy import decode_envelope
