@@ -497,3 +497,29 @@ async def test_poll_batches_is_refused_where_iggy_has_no_such_command(env: Env) 
     assert (await conn.ask_code(int(Command.POLL_BATCHES), b"\x01")).status == Status.INVALID_COMMAND
     await conn.call(m.Ping())  # the connection stays
     await conn.close()
+
+
+async def test_small_legacy_sends_skip_the_column_wise_path(env: Env,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy's fixed cost per send is more than the per-message path's for a few messages: a send
+    of fewer than COLUMN_WISE_FROM is decoded message by message, and stores the same frames."""
+    counts: list[int] = []
+    real = iggy_produce.legacy_send_frames
+
+    def spy(payload: bytes, pos: int, count: int, **kwargs: Any) -> Any:
+        counts.append(count)
+        return real(payload, pos, count, **kwargs)
+
+    monkeypatch.setattr(iggy_produce, "legacy_send_frames", spy)
+    conn = await env.legacy()
+    await conn.call(m.CreateTopic(DEFAULT, "small", 1))
+    small, large = iggy_produce.COLUMN_WISE_FROM - 1, iggy_produce.COLUMN_WISE_FROM
+    sent = [(n, i + 1) for n in (1, small, large) for i in range(n)]
+    for n in (1, small, large):
+        batch = [m.Message(b"v-%d" % n, i + 1) for i in range(n)]
+        await conn.call(send(DEFAULT_STREAM_NAME, "small", 0, batch))
+    assert counts == [large]
+    back = await polled(conn, DEFAULT, "small")
+    expected = [(o, i, b"v-%d" % n) for o, (n, i) in enumerate(sent)]
+    assert [(x.offset, x.id, x.payload) for x in back] == expected
+    await conn.close()

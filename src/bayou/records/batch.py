@@ -161,6 +161,11 @@ def decode_header(buf: Buffer, pos: int = 0) -> BatchHeader:
     return h
 
 
+def rebased(h: BatchHeader, base_offset: int) -> BatchHeader:
+    """``h`` with another base offset (faster than ``_replace``: a produce makes one)."""
+    return _new_header(BatchHeader, (base_offset, *h[1:]))
+
+
 def batch_crc(buf: Buffer, pos: int, size: int) -> int:
     return int(crc32c.crc32c(memoryview(buf)[pos + 21 : pos + size]))
 

@@ -161,12 +161,13 @@ def frame_stride(base_sequence: int) -> int:
     return base_sequence >> 10 if base_sequence > 0 else 0
 
 
-def frame_positions(data: Buffer, start: int, end: int, count: int, stride: int = 0) -> list[int]:
+def frame_positions(data: Buffer, start: int, end: int, count: int, stride: int = 0) -> Sequence[int]:
     """The start of each of ``count`` frames in ``data[start:end]`` plus ``end``: ``count + 1``
     positions. Raises ``CorruptRecord`` unless the frames tile the range exactly. A ``stride``
-    recorded at append time (``frame_stride``) that tiles the range is trusted."""
+    recorded at append time (``frame_stride``) that tiles the range is trusted, and the positions
+    are then a ``range`` (nothing built per frame)."""
     if stride >= FRAME_SIZE and stride * count == end - start:
-        return list(range(start, end + 1, stride))
+        return range(start, end + 1, stride)
     positions = [start]
     pos = start
     unpack = _LENGTHS.unpack_from
@@ -258,7 +259,7 @@ def decode_frames(data: Buffer, start: int, end: int, count: int, *, base_offset
     return out
 
 
-def frame_ids(data: Buffer, positions: list[int]) -> list[int]:
+def frame_ids(data: Buffer, positions: Sequence[int]) -> list[int]:
     """The u128 id of each frame starting at ``positions[:-1]`` (``frame_positions``' output)."""
     unpack = _ID.unpack_from
     out: list[int] = []

@@ -33,6 +33,7 @@ from bayou.records.batch import (
     decode_header,
     decode_records,
     iter_batches,
+    rebased,
     refresh_crc,
     set_base_offset,
     set_leader_epoch,
@@ -268,7 +269,7 @@ class PartitionLog:
                 stamp(buf, base)
                 refresh_crc(buf)
                 header = decode_header(buf)
-            placed = header._replace(base_offset=base)
+            placed = rebased(header, base)
             try:
                 self.active.append(buf, placed, now)
             except OSError as exc:

@@ -24,6 +24,7 @@ from bayou.protocols.iggy.stored import (
     legacy_messages,
     legacy_messages_uniform,
     legacy_send_frames,
+    vsr_record,
 )
 from bayou.records.iggy import frame_positions
 
@@ -150,3 +151,15 @@ def test_uniform_poll_matches_the_per_message_path() -> None:
         polled = decode_legacy_polled(POLL_PREFIX.pack(0, 529, i1 - i0) + fast)  # verifies checksums
         assert [p.offset for p in polled.messages] == list(range(500 + i0, 500 + i1))
         assert [p.origin_timestamp for p in polled.messages] == [T0 + 5 * i for i in range(i0, i1)]
+
+
+def test_a_v_record_from_walked_or_ranged_positions_is_the_same() -> None:
+    """``vsr_record`` takes ``frame_positions``' range (a recorded stride) or its walked list."""
+    messages = [m.Message(b"p%03d" % i, i + 1) for i in range(20)]
+    frames, _base, stride = frames_from_messages(messages, now_us=5)
+    walked = frame_positions(frames, 0, len(frames), 20)
+    ranged = frame_positions(frames, 0, len(frames), 20, stride)
+    assert isinstance(ranged, range) and not isinstance(walked, range) and list(ranged) == walked
+    for i0, i1 in ((0, 20), (3, 9), (19, 20)):
+        assert vsr_record(1, frames, ranged, i0, i1, base_offset=7, append_us=9, origin_base=5) == \
+            vsr_record(1, frames, walked, i0, i1, base_offset=7, append_us=9, origin_base=5)

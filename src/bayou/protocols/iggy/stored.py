@@ -190,6 +190,13 @@ def frames_from_messages(messages: Sequence[Message], *, now_us: int, mint: Mint
     return b"".join(parts), base, sizes.pop() if len(sizes) == 1 else 0
 
 
+def _tiled(positions: Sequence[int], expected: range) -> bool:
+    """Whether ``positions`` are ``expected`` (a range from ``frame_positions`` compares at once)."""
+    if isinstance(positions, range):
+        return positions == expected
+    return list(positions) == list(expected)
+
+
 def vsr_record(partition_id: int, data: bytes | memoryview, positions: Sequence[int], i0: int, i1: int,
                *, base_offset: int, append_us: int, origin_base: int) -> bytes:
     """Frames ``i0..i1-1`` of a stored batch as one V batch record (C.9): a fresh 256-byte header
@@ -205,12 +212,12 @@ def vsr_record(partition_id: int, data: bytes | memoryview, positions: Sequence[
     # every frame must be ``stride`` long, not just the first one and the average (60, 50, 70 bytes
     # would pass those two checks and read checksums from inside the frames)
     if (stride * count == last - first and stride >= V_FRAME_SIZE
-            and positions[i0 : i1 + 1] == list(range(first, last + 1, stride))):
+            and _tiled(positions[i0 : i1 + 1], range(first, last + 1, stride))):
         h.update(np.frombuffer(data, _frame_dtype(stride), count, offset=first)["ck"].tobytes())
     else:
         h.update(b"".join([mv[p : p + 8] for p in positions[i0:i1]]))
-    return (V_BATCH.pack(partition_id, base_offset, append_us, origin_base, length, h.intdigest(), count)
-            + _V_BATCH_PAD + bytes(mv[first:last]))
+    return b"".join((V_BATCH.pack(partition_id, base_offset, append_us, origin_base, length, h.intdigest(),
+                                  count), _V_BATCH_PAD, mv[first:last]))  # one copy of the frames
 
 
 def legacy_messages(data: bytes | memoryview, positions: Sequence[int], i0: int, i1: int, *,

@@ -112,7 +112,7 @@ class FetchHandlers:
         if dialect is Dialect.SEED:
             assert isinstance(parts, list)
             return m.PolledMessages(out_pid, current, tuple(parts))
-        return POLL_PREFIX.pack(out_pid, current, count) + b"".join(parts)
+        return b"".join([POLL_PREFIX.pack(out_pid, current, count), *parts])
 
     async def wait(self, s: Session, req: m.WaitForMessages) -> bytes:
         """bayou's WAIT_FOR_MESSAGES (messages.WaitForMessages): a u32, how many of the listed
