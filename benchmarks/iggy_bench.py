@@ -192,6 +192,8 @@ def _broker_only(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
         await svc.start()
 
         class _W:
+            transport = None  # no socket: the requests are handed to the service directly
+
             def get_extra_info(self, _name: str) -> tuple[str, int]:
                 return ("127.0.0.1", 1)
 

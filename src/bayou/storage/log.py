@@ -494,6 +494,12 @@ class PartitionLog:
                         count += h.record_count
                         wanted += h.next_offset - max(offset, h.base_offset)
                         next_off = h.next_offset
+                        if max_records is not None and wanted >= max_records:
+                            # enough: said now, not when the next batch is seen, which may
+                            # not be whole in this chunk (that read four times the bytes,
+                            # past what an event-loop read takes, for every such poll)
+                            done = True
+                            break
                     if done or chunk >= size:
                         break
                     chunk = min(size, chunk * 4)

@@ -195,3 +195,29 @@ def test_a_segment_finds_recent_batches_where_its_index_does(tmp_path_factory: p
             assert seg.find_position(offset, nowait=True) == want
     finally:
         lg.close()
+
+
+def test_a_record_limited_read_stops_within_its_first_chunk(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of 150 KB (an Iggy client's 1,000 messages): a read of one batch's records finds
+    it within the first 256 KB chunk, whose end cuts the next batch. It stops there and is served
+    on the event loop; it used to grow the chunk to 1 MB, past what a nowait read takes, and go
+    to an I/O thread for every such poll."""
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    batch = encode_batch([Record(os.urandom(150), None, 1) for _ in range(1000)])
+    assert 128 * 1024 < len(batch) < 256 * 1024
+    for _ in range(6):
+        log.append(batch)
+    sizes: list[int] = []
+    real = cached.pread_cached
+
+    def spy(fd: int, size: int, position: int) -> bytes:
+        sizes.append(size)
+        return real(fd, size, position)
+
+    monkeypatch.setattr("bayou.storage.segment.pread_cached", spy)
+    for start in (0, 1000, 4000):
+        r = log.read(start, 64 << 20, max_records=1000, nowait=True)
+        assert r.record_count == 1000 and r.data[8:] == batch[8:]  # one whole batch (its own offset)
+        assert r.next_offset == start + 1000
+    assert max(sizes) <= MAX_BYTES
