@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 import pytest_asyncio
 
 from bayou.protocols.tank import messages as m
@@ -16,6 +17,7 @@ from bayou.protocols.tank.bundles import TankMessage, decode_chunk, encode_bundl
 from bayou.records.batch import HEADER_SIZE
 from bayou.server.app import BayouServer
 from bayou.server.tank_store import ZEROCOPY_MIN, FileRange, read_chunk
+from bayou.storage import FsyncPolicy, LogConfig
 from support.brokers import LineConn
 from support.tank import TankConn, start_tank, tank_port
 
@@ -113,3 +115,26 @@ async def test_a_sparse_first_bundle_is_gathered_as_sparse(server: BayouServer) 
     got = [(x.seq, x.value) for x in decode_chunk(p.chunk, p.base_seq, sparse_first=True)]
     assert got == [(100, b"s100"), (105, b"s105"), (106, b"m1")]
     await c.close()
+
+
+@pytest.mark.parametrize("fsync", ["never", "always"])
+async def test_a_request_of_86_entries_appends_them_in_order(tmp_path: Path, fsync: str) -> None:
+    """bm p2b's requests: 86 entries of one partition. Where nothing waits after an append
+    (fsync=never) they are awaited in turn, else together (their fsyncs shared); either way each
+    is appended in request order and answered on its own, a refused one among them too."""
+    server = await start_tank(tmp_path / "data", log=LogConfig(fsync=FsyncPolicy(fsync)))
+    try:
+        c = await TankConn.open(tank_port(server))
+        assert (await c.call(m.CreateTopic(1, "p2b", 1, ""))).error == 0  # type: ignore[attr-defined]
+        entries = tuple(m.ProduceEntry(7 if i == 40 else 0, _one(i)) for i in range(86))  # no partition 7
+        resp = await c.call(m.Produce(3, (m.ProduceTopic("p2b", entries),)))
+        assert isinstance(resp, m.ProduceResponse)
+        errors = resp.topics[0].errors
+        assert len(errors) == 86 and errors[40] != 0 and all(e == 0 for i, e in enumerate(errors) if i != 40)
+        p = await _consume(c, "p2b", 1, 64 << 20)
+        got = decode_chunk(p.chunk, p.base_seq, sparse_first=False)
+        assert [(x.seq, x.value) for x in got] == [
+            (s + 1, b"m%d" % i) for s, i in enumerate(i for i in range(86) if i != 40)]
+        await c.close()
+    finally:
+        await server.stop()

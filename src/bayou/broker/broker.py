@@ -447,6 +447,14 @@ class Broker:
         return (self.config.log.fsync.mode == "always" or self.clustered
                 or any(t.log_config.fsync.mode == "always" for t in list(self.topics.values())))
 
+    def produce_may_wait(self, topic: str) -> bool:
+        """``produce_waits`` for one topic: whether a produce to it may wait after its append (an
+        unknown topic: as the broker's default)."""
+        if self.config.log.fsync.mode == "always" or self.clustered:
+            return True
+        t = self.topics.get(topic)
+        return t is not None and t.log_config.fsync.mode == "always"
+
     def topic_config(self, topic: str) -> MappingProxyType[str, str]:
         """The topic's configuration overrides (bayou keys), read-only."""
         return MappingProxyType(self.topic(topic).meta.config)
