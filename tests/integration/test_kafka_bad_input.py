@@ -101,6 +101,27 @@ async def test_unknown_topics_and_partitions(conn: KafkaConn) -> None:
                                                    ErrorCode.unknown_topic_or_partition]
 
 
+async def test_a_produce_of_several_partitions_answers_each_in_order(conn: KafkaConn) -> None:
+    """Partitions of one Produce, some refused among them (fsync=never: appended in turn, no task
+    each): each answered in the request's order, only the good ones stored."""
+    topic, other = name(), name()
+    await create(conn, topic, 3)
+    await create(conn, other)
+    damaged = bytearray(batch(b"bad"))
+    damaged[-1] ^= 0x01
+    resp = await conn.call(ApiKey.PRODUCE, acks=1, timeout=5000, transactional_id=None, topic_data=[
+        {"name": topic, "partition_data": [
+            {"index": 2, "records": batch(b"p2")}, {"index": 9, "records": batch(b"x")},
+            {"index": 0, "records": bytes(damaged)}, {"index": 1, "records": batch(b"p1", b"p1b")}]},
+        {"name": other, "partition_data": [{"index": 0, "records": batch(b"o0")}]}])
+    assert [(t.name, [(p.index, p.error_code) for p in t.partition_responses]) for t in resp.responses] == [
+        (topic, [(2, ErrorCode.none), (9, ErrorCode.unknown_topic_or_partition),
+                 (0, ErrorCode.corrupt_message), (1, ErrorCode.none)]),
+        (other, [(0, ErrorCode.none)])]
+    assert [await stored(conn, topic, p) for p in range(3)] == [[], [b"p1", b"p1b"], [b"p2"]]
+    assert await stored(conn, other) == [b"o0"]
+
+
 async def test_invalid_acks_and_acks_zero(conn: KafkaConn) -> None:
     topic = name()
     await create(conn, topic)

@@ -290,13 +290,18 @@ async def produce(svc: KafkaService, req: Request, body: Any) -> Fields | None:
         if acks == Acks.NONE:
             return None
         return {"responses": [{"name": t.name, "partition_responses": [entry]}]}
-    # every partition's append starts before any waits (fsync, acks=all): they share group commits
-    ordering.expect(sum(len(t.partition_data) for t in body.topic_data))
-    jobs = [[_produce_partition(svc, t.name, p.index, p.records, acks, body.transactional_id)
-             for p in t.partition_data]
-            for t in body.topic_data]
-    all_jobs = [j for row in jobs for j in row]
-    flat = [await all_jobs[0]] if len(all_jobs) == 1 else await asyncio.gather(*all_jobs)
+    parts = [(t.name, p.index, p.records) for t in body.topic_data for p in t.partition_data]
+    ordering.expect(len(parts))
+    txn = body.transactional_id
+    if len(parts) == 1 or not any(svc.broker.produce_may_wait(t.name) for t in body.topic_data):
+        # nothing waits after an append (fsync not "always", one broker): each partition is done
+        # at its append, in turn; a task per partition cost more than the append
+        flat = [await _produce_partition(svc, name, index, records, acks, txn)
+                for name, index, records in parts]
+    else:
+        # every partition's append starts before any waits (fsync, acks=all): they share group commits
+        flat = await asyncio.gather(*(_produce_partition(svc, name, index, records, acks, txn)
+                                      for name, index, records in parts))
     if acks == Acks.NONE:
         return None
     it = iter(flat)
