@@ -379,7 +379,7 @@ def batches_to_arrow(payload: bytes, topic: str, partition: int, *, end_offset: 
 
 
 def _uniform_run(payload: bytes, body: int, end: int, n: int, base: int, ts: int) -> _Run | None:
-    hl, pl = struct.unpack_from("<II", payload, body + 32)
+    _od, _td, hl, pl = _V_FRAME_HEAD.unpack_from(payload, body + 24)  # the first frame's sizes
     stride = V_FRAME_SIZE + pl + hl
     if stride * n != end - body:
         return None

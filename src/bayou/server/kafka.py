@@ -282,14 +282,6 @@ async def produce(svc: KafkaService, req: Request, body: Any) -> Fields | None:
         return {"responses": [{"name": t.name, "partition_responses": [
             {"index": p.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1,
              "log_start_offset": -1} for p in t.partition_data]} for t in body.topic_data]}
-    topics = body.topic_data
-    if len(topics) == 1 and len(topics[0].partition_data) == 1:  # the usual produce: one partition
-        t, p = topics[0], topics[0].partition_data[0]
-        ordering.expect(1)
-        entry = await _produce_partition(svc, t.name, p.index, p.records, acks, body.transactional_id)
-        if acks == Acks.NONE:
-            return None
-        return {"responses": [{"name": t.name, "partition_responses": [entry]}]}
     parts = [(t.name, p.index, p.records) for t in body.topic_data for p in t.partition_data]
     ordering.expect(len(parts))
     txn = body.transactional_id

@@ -822,7 +822,7 @@ Request = (
     | WaitForMessages | DeleteUser | CreateUser | UpdateUser | UpdatePermissions | ChangePassword | LoginUser
     | LoginWithToken | LoginRegister | LoginRegisterWithToken | LogoutUser
     | GetPersonalAccessTokens | CreatePersonalAccessToken | DeletePersonalAccessToken | PollMessages
-    | PollBatches     | SendMessages | FlushUnsavedBuffer | GetConsumerOffset | StoreConsumerOffset
+    | PollBatches | SendMessages | FlushUnsavedBuffer | GetConsumerOffset | StoreConsumerOffset
     | DeleteConsumerOffset | GetStream | GetStreams | CreateStream | DeleteStream | UpdateStream
     | PurgeStream | GetTopic | GetTopics | CreateTopic | DeleteTopic | UpdateTopic | PurgeTopic
     | CreatePartitions | DeletePartitions | DeleteSegments | GetConsumerGroup | GetConsumerGroups
