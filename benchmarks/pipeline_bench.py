@@ -8,7 +8,8 @@ Prints figures; never passes or fails. A broker subprocess per fsync policy with
 loopback; a raw asyncio client per protocol built on bayou's own codecs writes pre-encoded
 one-message (100-byte) produce requests on one connection and reads the replies in order:
 
-- **window**: ``--window`` requests in flight, ``--requests`` in all: msg/s, p50/p99 latency;
+- **window**: ``--window`` requests in flight, ``--requests`` in all: msg/s, p50/p99 latency, and
+  the CPU time of the broker's event-loop thread per request (from /proc: Linux only);
 - **rate**: a steady ``--rate`` requests/s for ``--seconds`` (open loop: each request's latency
   counts from when it was due, so a stall is not hidden): the rate reached, p50/p99.
 
@@ -82,6 +83,12 @@ class Broker:
                 with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
                     break
                 time.sleep(0.05)
+
+    def loop_cpu(self) -> float:
+        """CPU seconds of the broker's main thread (its event loop) so far."""
+        stat = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/stat").read_text()
+        fields = stat.rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -319,22 +326,36 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=10_000, help="requests/s (rate run; 0 skips it)")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds one run may take")
+    ap.add_argument("--profile", metavar="FILE",
+                    help="record the broker with py-spy (.svg: a flame graph; .txt: collapsed stacks)")
     args = ap.parse_args()
     print(f"one connection, one {len(VALUE)}-byte message per produce request, pipelined "
           f"(window {args.window}; steady {args.rate:,}/s for {args.seconds:g} s)")
     for fsync in args.fsync.split(","):
         broker = Broker(fsync)
+        spy = None
+        if args.profile:
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking",
+                                    "-r", "500", "-o", f"{fsync}-{args.profile}", "-p", str(broker.proc.pid),
+                                    "-f", "raw" if args.profile.endswith(".txt") else "flamegraph"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             for name in args.protocols.split(","):
                 proto = PROTOCOLS[name]()
                 port = broker.ports[proto.port_key]
+                cpu = broker.loop_cpu()
                 got = _run(window_run(port, proto, args.requests, args.window), args.timeout)
-                print(f"fsync={fsync:<6} {proto.name:<20} window: {got}", flush=True)
+                cpu = (broker.loop_cpu() - cpu) / args.requests * 1e6
+                print(f"fsync={fsync:<6} {proto.name:<20} window: {got}   loop {cpu:4.0f} us/request",
+                      flush=True)
                 if args.rate:
                     proto = PROTOCOLS[name]()
                     got = _run(rate_run(port, proto, args.rate, args.seconds), args.timeout, with_max=True)
                     print(f"fsync={fsync:<6} {proto.name:<20} rate:   {got}", flush=True)
         finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
             broker.stop()
     _ = statistics  # figures are percentiles of the sorted samples
 

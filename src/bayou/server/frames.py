@@ -24,7 +24,13 @@ applied in one place, by construction:
   connections' are), and replies are still written in arrival order, by one writer task. At most
   ``MAX_PIPELINED`` frames are in flight: past that the loop reads nothing more until the oldest
   reply is written. ``done`` is asked when a frame ends before any later one has started (a
-  released frame, one that appended, is not asked: no protocol ends a connection after a produce).
+  released frame, one that appended, is not asked: no protocol ends a connection after a produce);
+  the frames behind one that ended the connection are not served.
+  The produce frames of one read are all started in one pass, each waiting at its start for the
+  one before it to be released (which it usually is by then: an append is made without a wait).
+  Were the loop to wait for each release in turn, every frame would cost an event-loop pass, and
+  a pipelining client would get its replies one per pass and send its requests one per reply:
+  one frame per read, a reply per write (45 us more per request, measured).
 * **Stalled readers.** A reader that has more to say without new bytes (``stalled``: a frame
   deferred behind a login, or an error found behind frames already returned) is fed ``b""``
   before the loop reads on, so a bad header is answered as soon as the frames before it are.
@@ -152,6 +158,8 @@ class _Pipeline(Generic[F, E]):
         self.changed = asyncio.Event()  # a frame queued, a reply written, or the writer ended
         self.closed = False  # the writer ended the connection (``done``, an error)
         self.ending: set[asyncio.Task[Reply]] = set()  # frames after whose reply ``done`` held
+        self.stopped = False  # a frame ended the connection (``done``, an error): serve no more
+        self.last_released: asyncio.Future[None] | None = None  # the newest frame's ``released``
         self.reading = True
 
     async def run(self, data: bytes) -> None:
@@ -175,17 +183,18 @@ class _Pipeline(Generic[F, E]):
                     while len(self.queue) >= MAX_PIPELINED and not self.closed:
                         self.changed.clear()
                         await self.changed.wait()
-                    if self.closed:
+                    if self.closed or self.stopped:
                         break
-                    if not self.appends_only(frame):  # after every frame before it has ended
+                    appends = self.appends_only(frame)
+                    if not appends:  # after every frame before it has ended
                         running = [t for t in self.queue if not t.done()]
                         if running:
                             await asyncio.wait(running)
-                    task = await self._start(loop, frame)
-                    if task in self.ending:  # it ends the connection: read no further
+                    await self._start(loop, frame, appends)
+                    if self.stopped:  # it ends the connection: read no further
                         break
                 else:
-                    if not (at_eof or self.listener.draining or self.closed):
+                    if not (at_eof or self.listener.draining or self.closed or self.stopped):
                         if self.reader.stalled:
                             data = b""
                             continue
@@ -202,22 +211,41 @@ class _Pipeline(Generic[F, E]):
             for task in self.queue:
                 task.cancel()
 
-    async def _start(self, loop: asyncio.AbstractEventLoop, frame: F) -> asyncio.Task[Reply]:
-        """Serve ``frame`` in a task of its own; return it once it is released or done."""
+    async def _start(self, loop: asyncio.AbstractEventLoop, frame: F, appends: bool) -> None:
+        """Serve ``frame`` in a task of its own. A frame that only appends is started at once and
+        begins once the frame before it is released (so one read's frames are all started in one
+        pass, and their replies leave together); any other frame is started once every frame
+        before it has ended, and returned once it is released or done."""
         self.conn.busy += 1
         request = Ordered(loop.create_future())
-        task: asyncio.Task[Reply] = loop.create_task(self.handle(frame),  # type: ignore[arg-type]
-                                                     context=serving(request))
+        gate = self.last_released
+        task: asyncio.Task[Reply] = loop.create_task(
+            self._serve(frame, request, None if gate is None or gate.done() else gate),
+            context=serving(request))
         task.add_done_callback(lambda _t: request.release())
         self.queue.append(task)
+        self.last_released = request.released
         self.changed.set()
-        await request.released
-        if task.done() and self.done():
-            # ``done`` is the state the newest frame left: a frame that ran to its end while no
-            # later one had started ends the connection after its reply. (A released frame, one
-            # that appended, never does: no protocol's ``done`` follows a produce.)
-            self.ending.add(task)
-        return task
+        if not appends:
+            await request.released
+
+    async def _serve(self, frame: F, request: Ordered, gate: asyncio.Future[None] | None) -> Reply:
+        if gate is not None:
+            await gate  # the frame before it has made its appends (or ended)
+        if self.stopped:
+            return None  # a frame before it ended the connection: never written
+        try:
+            reply = await self.handle(frame)
+        except self.error:
+            self.stopped = True
+            raise
+        if not request.released.done() and self.done():
+            # ``done`` is the state the newest frame left: a frame that ran to its end before
+            # the next one began ends the connection after its reply. (A released frame, one
+            # that appended, is not asked: no protocol's ``done`` follows a produce.)
+            self.stopped = True
+            self.ending.add(asyncio.current_task())  # type: ignore[arg-type]
+        return reply
 
     async def _finish(self, writer: asyncio.Task[None]) -> None:
         """No more frames: let the writer write what is queued, then end."""
