@@ -24,7 +24,8 @@ applied in one place, by construction:
   connections' are), and replies are still written in arrival order, by one writer task. At most
   ``MAX_PIPELINED`` frames are in flight: past that the loop reads nothing more until the oldest
   reply is written. ``done`` is asked when a frame ends before any later one has started (a
-  released frame, one that appended, is not asked: no protocol ends a connection after a produce);
+  released frame, one that appended, is not asked: no protocol ends a connection after a produce
+  that appended, while one refused before its append, such as an Iggy send of a revoked user, is);
   the frames behind one that ended the connection are not served.
   The produce frames of one read are all started in one pass, each waiting at its start for the
   one before it to be released (which it usually is by then: an append is made without a wait).
@@ -242,7 +243,8 @@ class _Pipeline(Generic[F, E]):
         if not request.released.done() and self.done():
             # ``done`` is the state the newest frame left: a frame that ran to its end before
             # the next one began ends the connection after its reply. (A released frame, one
-            # that appended, is not asked: no protocol's ``done`` follows a produce.)
+            # that appended, is not asked: no protocol's ``done`` follows an append. A produce
+            # refused before its append, an Iggy send of a revoked user, is asked.)
             self.stopped = True
             self.ending.add(asyncio.current_task())  # type: ignore[arg-type]
         return reply
