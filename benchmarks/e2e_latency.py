@@ -5,8 +5,11 @@ Prints figures; never passes or fails. One producer connection sends one 100-byt
 request at a steady ``--rate`` (open loop: requests are written when due, whatever the
 replies; the rate reached is printed, so a producer that fell behind shows); one consumer
 connection waits on the broker the way the protocol's clients do, and each message's latency
-runs from when it was written to when its bytes reached the consumer. Both sides run in this
-process on one event loop and share its clock. Every message names its index, so a consumer
+runs from when it was written to when its bytes reached the consumer. The consumer runs in a
+process of its own, as a consuming application would (``--one-process``: on the producer's event
+loop, as before stop 31, where the two share one core's worth of Python); the stamps are
+CLOCK_MONOTONIC (``time.perf_counter_ns``), one clock for every process of the machine. Every
+message names its index and its send time, so a consumer
 needs no protocol decoding: it finds the stamps in what it reads (records travel uncompressed
 on every path below) and asks for the next offset after the highest index it saw.
 
@@ -322,18 +325,66 @@ async def _drain(r: asyncio.StreamReader) -> None:
         pass
 
 
-async def run(system: System, port: int, rate: int, seconds: float) -> tuple[Seen, float]:
+CONSUMER = "--consumer-process"  # argv[1] of the consumer's own process
+SETTLE_S = 35.0  # how long the consumer waits for the last messages after the producer's run
+
+
+async def _consume(system: System, port: int, seen: Seen) -> tuple[asyncio.Task[None], Conn]:
+    """Start ``system``'s consumer; return once its first wait is in place."""
+    conn = await asyncio.open_connection("127.0.0.1", port)
+    task = asyncio.create_task(system.consume(conn, seen))
+    if not isinstance(system, NatsJetStream):
+        seen.ready.set()
+    await asyncio.wait_for(seen.ready.wait(), 10)
+    await asyncio.sleep(0.1)  # the consumer's first wait is in place
+    return task, conn
+
+
+async def _stop(tasks: list[asyncio.Task[None]], conns: list[Conn]) -> None:
+    for task in tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError, asyncio.IncompleteReadError):
+            await task
+    for _r, cw in conns:
+        cw.close()
+
+
+def consumer_process(name: str, port: int, total: int, seconds: float) -> None:
+    """The consumer in a process of its own (``CONSUMER``): prints READY once waiting, then the
+    latencies (JSON, seconds) on its last line."""
+    async def go() -> list[float]:
+        seen = Seen(total)
+        task, conn = await _consume(SYSTEMS[name](), port, seen)
+        print("READY", flush=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(seen.done.wait(), seconds + SETTLE_S)
+        await _stop([task], [conn])
+        return seen.latencies
+    print(json.dumps(asyncio.run(go())), flush=True)
+
+
+async def run(system: System, port: int, rate: int, seconds: float,
+              own_process: bool = True) -> tuple[Seen, float]:
     """(what the consumer saw, the rate the producer reached)."""
     total = int(rate * seconds)
     seen = Seen(total)
     producer = await asyncio.open_connection("127.0.0.1", port)
     await system.setup(producer)
-    consumer_conn = await asyncio.open_connection("127.0.0.1", port)
-    consumer = asyncio.create_task(system.consume(consumer_conn, seen))
-    if not isinstance(system, NatsJetStream):
-        seen.ready.set()
-    await asyncio.wait_for(seen.ready.wait(), 10)
-    await asyncio.sleep(0.1)  # the consumer's first wait is in place
+    proc = None
+    if own_process:
+        name = next(k for k, v in SYSTEMS.items() if v is type(system))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, CONSUMER, name, str(port), str(total), str(seconds),
+            stdout=asyncio.subprocess.PIPE)
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        if line.strip() != b"READY":
+            raise SystemExit(f"the consumer process did not start: {line!r}")
+        tasks: list[asyncio.Task[None]] = []
+        conns = [producer]
+    else:
+        consumer, consumer_conn = await _consume(system, port, seen)
+        tasks, conns = [consumer], [producer, consumer_conn]
     drain = asyncio.create_task(_drain(producer[0]))
     w = producer[1]
     start = time.perf_counter() + 0.05
@@ -346,16 +397,21 @@ async def run(system: System, port: int, rate: int, seconds: float) -> tuple[See
                 i += 1
             await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
         reached = total / (time.perf_counter() - start)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(seen.done.wait(), 30)
+        if proc is not None:
+            assert proc.stdout is not None
+            out = await asyncio.wait_for(proc.stdout.read(), seconds + SETTLE_S + 30)
+            lines = out.strip().splitlines()
+            seen.latencies = json.loads(lines[-1]) if lines else []
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(seen.done.wait(), 30)
         return seen, reached
     finally:
-        for task in (consumer, drain):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError, asyncio.IncompleteReadError):
-                await task
-        for _r, cw in (producer, consumer_conn):
-            cw.close()
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        await _stop([*tasks, drain], conns)
 
 
 def _pct(lat: list[float], q: float) -> float:
@@ -372,8 +428,9 @@ def figures(seen: Seen, reached: float) -> str:
             f"p99.9 {_pct(lat, 0.999):7.2f} ms   max {max(lat) * 1000:7.1f} ms")
 
 
-def measure(system: System, port: int, rate: int, seconds: float) -> tuple[Seen, float]:
-    return asyncio.run(run(system, port, rate, seconds))
+def measure(system: System, port: int, rate: int, seconds: float,
+            own_process: bool = True) -> tuple[Seen, float]:
+    return asyncio.run(run(system, port, rate, seconds, own_process))
 
 
 def main() -> None:
@@ -384,6 +441,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--peers", action="store_true", help="also Redis and NATS (started on free ports)")
+    ap.add_argument("--one-process", action="store_true",
+                    help="the consumer on the producer's event loop (as before stop 31)")
     args = ap.parse_args()
     names = args.consumers.split(",") + (["redis", "nats"] if args.peers else [])
     print(f"one {SIZE}-byte message per request at a steady {args.rate:,}/s for {args.seconds:g} s; "
@@ -396,7 +455,8 @@ def main() -> None:
                 import peers
                 server = (peers.start_redis if name == "redis" else peers.start_nats)("never")
                 try:
-                    got = figures(*measure(system, server.port, args.rate, args.seconds))
+                    got = figures(*measure(system, server.port, args.rate, args.seconds,
+                                           not args.one_process))
                     print(f"round {rnd + 1} {system.name:<16} {got}", flush=True)
                 finally:
                     server.stop()
@@ -404,11 +464,14 @@ def main() -> None:
             broker = Broker(args.fsync)
             try:
                 port = broker.ports[system.port_key]
-                got = figures(*measure(system, port, args.rate, args.seconds))
+                got = figures(*measure(system, port, args.rate, args.seconds, not args.one_process))
                 print(f"round {rnd + 1} {system.name:<16} {got}", flush=True)
             finally:
                 broker.stop()
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 6 and sys.argv[1] == CONSUMER:
+        consumer_process(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
+    else:
+        main()
