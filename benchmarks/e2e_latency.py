@@ -40,6 +40,7 @@ import contextlib
 import json
 import re
 import struct
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -371,13 +372,13 @@ async def run(system: System, port: int, rate: int, seconds: float,
     producer = await asyncio.open_connection("127.0.0.1", port)
     await system.setup(producer)
     proc = None
+    loop = asyncio.get_running_loop()
     if own_process:
         name = next(k for k, v in SYSTEMS.items() if v is type(system))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, CONSUMER, name, str(port), str(total), str(seconds),
-            stdout=asyncio.subprocess.PIPE)
+        argv = [sys.executable, __file__, CONSUMER, name, str(port), str(total), str(seconds)]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
         assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        line = await asyncio.wait_for(loop.run_in_executor(None, proc.stdout.readline), 30)
         if line.strip() != b"READY":
             raise SystemExit(f"the consumer process did not start: {line!r}")
         tasks: list[asyncio.Task[None]] = []
@@ -398,8 +399,7 @@ async def run(system: System, port: int, rate: int, seconds: float,
             await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
         reached = total / (time.perf_counter() - start)
         if proc is not None:
-            assert proc.stdout is not None
-            out = await asyncio.wait_for(proc.stdout.read(), seconds + SETTLE_S + 30)
+            out, _err = await loop.run_in_executor(None, proc.communicate, None, seconds + SETTLE_S + 30)
             lines = out.strip().splitlines()
             seen.latencies = json.loads(lines[-1]) if lines else []
         else:
@@ -407,10 +407,9 @@ async def run(system: System, port: int, rate: int, seconds: float,
                 await asyncio.wait_for(seen.done.wait(), 30)
         return seen, reached
     finally:
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
         await _stop([*tasks, drain], conns)
 
 
