@@ -231,8 +231,10 @@ class _Pipeline(Generic[F, E]):
             await request.released
 
     async def _serve(self, frame: F, request: Ordered, gate: asyncio.Future[None] | None) -> Reply:
-        if gate is not None:
-            await gate  # the frame before it has made its appends (or ended)
+        if gate is not None and not gate.done():
+            # the frame before it has made its appends (or ended); shielded, so that cancelling
+            # this frame (the connection's end) leaves the other's ``released`` alone
+            await asyncio.shield(gate)
         if self.stopped:
             return None  # a frame before it ended the connection: never written
         try:
