@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
+from bayou.errors import CorruptRecord
+from bayou.records.varint import decode_varint
 
+if TYPE_CHECKING:
     from bayou.records.batch import Buffer
 
 COLUMN_WISE_FROM = 64  # records in a section from which this walk pays (numpy's fixed cost)
@@ -39,14 +41,11 @@ WHOLE, HIGH_BIT = 0xFF, 0x80  # what of a byte must equal the first record's: al
 
 def _varint(mv: memoryview, p: int, end: int) -> tuple[int, int] | None:
     """The zigzag varint at ``p`` and its width, if it ends before ``end`` within three bytes."""
-    raw = shift = 0
-    for q in range(p, min(p + 3, end)):
-        b = mv[q]
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), q + 1 - p
-        shift += 7
-    return None
+    try:
+        value, q = decode_varint(mv, p)
+    except CorruptRecord:
+        return None
+    return (value, q - p) if q - p <= 3 and q <= end else None
 
 
 def _layout(mv: memoryview, p: int, n: int) -> tuple[int, list[int], list[int]] | None:
