@@ -24,7 +24,7 @@ from bayou.client import Client
 from behaviour.adapters import CursusAdapter, IggyAdapter, TankAdapter, V1Adapter
 from behaviour.harness import connected
 from support.brokers import BrokerProcess
-from support.kafka import running_broker
+from support.kafka import read_values, running_broker
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is a dev dependency")
 
@@ -71,25 +71,7 @@ def drain(c: Consumer, topic: str, until: int | None = None, idle_s: float = 2.0
           deadline_s: float = 30.0) -> list[bytes]:
     """Values read from ``topic`` (partition 0): until ``until`` records, or until nothing more
     comes for ``idle_s`` after the end of the partition was reached."""
-    c.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + deadline_s
-    quiet_since = time.monotonic()
-    while time.monotonic() < deadline:
-        if until is not None and len(got) >= until:
-            break
-        m = c.poll(0.2)
-        if m is None:
-            if until is None and time.monotonic() - quiet_since > idle_s:
-                break
-            continue
-        if m.error():
-            if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                continue
-            raise KafkaException(m.error())
-        got.append(m.value())
-        quiet_since = time.monotonic()
-    return got
+    return read_values(c, topic, 1, until, idle_s, deadline_s)[0]
 
 
 def test_commit_and_abort_as_each_isolation_level_reads_them(broker: BrokerProcess) -> None:

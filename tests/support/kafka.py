@@ -24,6 +24,36 @@ KCAT = shutil.which("kcat")
 NO_KCAT = "kcat is not installed (Debian's kcat package: make test installs it)"
 
 
+def read_values(c: Any, topic: str, partitions: int = 1, until: int | None = None,
+                idle_s: float = 2.0, deadline_s: float = 30.0) -> dict[int, list[bytes]]:
+    """Values per partition of ``topic`` read from the start with a confluent-kafka consumer
+    ``c``: until ``until`` records in all, or (``until`` None) until nothing more comes for
+    ``idle_s``; what came by ``deadline_s`` otherwise."""
+    import time
+
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    deadline = time.monotonic() + deadline_s
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        if until is not None and sum(map(len, got.values())) >= until:
+            break
+        m = c.poll(0.2)
+        if m is None:
+            if until is None and time.monotonic() - quiet_since > idle_s:
+                break
+            continue
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise KafkaException(m.error())
+        got[m.partition()].append(m.value())
+        quiet_since = time.monotonic()
+    return got
+
+
 @contextmanager
 def running_broker(root: Path, *extra: str) -> Iterator[BrokerProcess]:
     """A broker subprocess (fsync=never) for a module's Kafka tests; its V1 port serves Kafka."""

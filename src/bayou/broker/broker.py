@@ -279,9 +279,18 @@ class Broker:
         for partition, offset in sorted(offsets.items()):
             await self.consumers.commit_offset(group, topic, partition, offset)
 
-    def set_producer_ids(self, allocate: Callable[[], int]) -> None:
-        """Where the transaction coordinator takes new producer ids (the Kafka front end's)."""
+    def set_producer_ids(self, allocate: Callable[[], int],
+                         coordinates: Callable[[str], bool] | None = None) -> None:
+        """Where the transaction coordinator takes new producer ids, and (cluster mode) whether
+        this broker coordinates a transactional id: the Kafka front end's answers."""
         self.transactions.next_producer_id = allocate
+        if coordinates is not None:
+            self.transactions.coordinates = coordinates
+
+    async def write_txn_marker(self, topic: str, partition: int, batch: bytes, acks: Acks) -> ProduceResult:
+        """Cluster mode: append a transaction marker another broker's coordinator made, as the
+        partition's leader (broker/cluster/leader.py)."""
+        return await self.transactions.marker_from(topic, partition, batch, acks)
 
     async def txn_init_producer(self, txn_id: str, timeout_ms: int, producer_id: int = -1,
                                 epoch: int = -1) -> tuple[int, int]:
@@ -304,8 +313,9 @@ class Broker:
     async def produce_transactional(self, topic: str, partition: int, producer_id: int, epoch: int,
                                     producers: Sequence[ProducerSequence],
                                     build: Callable[[list[bool]], tuple[bytes, Stamp | None]],
-                                    acks: Acks = Acks.LEADER) -> ProduceResult:
-        return await self.transactions.produce(topic, partition, producer_id, epoch, producers, build, acks)
+                                    acks: Acks = Acks.LEADER, txn_id: str | None = None) -> ProduceResult:
+        return await self.transactions.produce(topic, partition, producer_id, epoch, producers, build, acks,
+                                               txn_id)
 
     async def last_stable_offset(self, topic: str, partition: int) -> int:
         """The offset before which every record's transaction has ended (the high watermark when

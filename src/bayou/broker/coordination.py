@@ -180,6 +180,19 @@ class Cluster(MetadataStore, Protocol):
     async def consumer_fetch(self, topic: str, partition: int, offset: int,
                              max_bytes: int) -> FetchResult: ...
 
+    async def forward_marker(self, topic: str, partition: int, batch: bytes) -> None:
+        """A transaction marker appended by the partition's leader and replicated to its ISR."""
+        ...
+
+    # Kafka transactions' coordinator state: a JSON document per transactional id,
+    # compare-and-set by znode version (-1: create; data None: delete)
+
+    async def txn_state(self, txn_id: str) -> tuple[bytes, int]: ...
+
+    async def set_txn_state(self, txn_id: str, data: bytes | None, version: int) -> bool: ...
+
+    async def txn_ids(self) -> list[str]: ...
+
     # committed offsets, groups, shared documents and locks kept in ZooKeeper
 
     async def publish_offsets(self, group: str, topic: str, entries: dict[int, int]) -> None: ...

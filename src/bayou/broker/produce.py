@@ -228,10 +228,12 @@ class ProducePath:
         hold records within the producer expiry (``producer_rebuild_start``)."""
         return ProducerTable(), producer_rebuild_start(part.log, int(time.time() * 1000))
 
-    async def append_control(self, part: Partition, batch: bytes) -> AppendInfo:
+    async def append_control(self, part: Partition, batch: bytes, acks: Acks = Acks.LEADER) -> AppendInfo:
         """Append a control batch (a transaction marker, broker/transactions.py) as the leader,
-        durable per the fsync policy before this returns; not counted as client traffic."""
+        durable per the fsync policy before this returns; not counted as client traffic. acks=all
+        refuses it first when too few replicas are in sync (``await_replication`` then waits)."""
         self.ctx.check_leader(part)
+        self._check_insync(part, acks)
         info = part.log.append(batch, leader_epoch=self._epoch(part))
         run = part.control_run
         part.control_run = ((run[0] if run is not None and run[1] == info.base_offset else info.base_offset),
@@ -241,6 +243,10 @@ class ProducePath:
             await self._durable(part, info.last_offset + 1)
         part.notify()
         return info
+
+    async def await_replication(self, part: Partition, last_offset: int) -> None:
+        """After an acks=all append (``append_control``): until the ISR holds ``last_offset``."""
+        await self._await_replication(part, last_offset)
 
     async def rebuilt(self, part: Partition, slot: Rebuilt[TableT],
                       new: Callable[[Partition], tuple[TableT, int]]) -> TableT:

@@ -17,9 +17,20 @@ Durability: the coordinator's state (``transactions.json``, written before a cha
 answered) says which transactions are open, with which partitions and staged offsets; a
 transaction found half-ended at start is finished, an open one is aborted when its timeout
 passes. A partition's table (``TxnTable``) is rebuilt from the log like the producer table
-(broker/idempotence.py), with the aborted ones kept in storage/txnindex.py. Single node only:
-in cluster mode a transaction's markers would have to reach partitions led by other brokers, and
-the Kafka front end does not offer the transaction APIs there.
+(broker/idempotence.py), with the aborted ones kept in storage/txnindex.py.
+
+Cluster mode: a transactional id's state is a ZooKeeper node (``/transactions/<id>``), read
+before each change and written back with a compare-and-set, so any broker can take over a
+transaction whose coordinator died (the Kafka front end names the coordinator as it names a
+group's; the ids a broker coordinates are cached for the expiry pass and adopted by a periodic
+scan). Two brokers changing one transaction at once: the loser's write fails and its client gets
+CONCURRENT_TRANSACTIONS, a retriable error. A TxnOffsetCommit, sent to the group's coordinator,
+stages its offsets in the same node. Markers are appended by each partition's leader (forwarded
+over the replication link when that is another broker) and replicated to the ISR before the
+transaction is recorded complete; one that cannot be written leaves it prepared, and EndTxn's
+retry or the expiry pass writes it later. A partition's leader checks a transactional producer's
+first batch of each transaction against the ZooKeeper node (KIP-890's verification), so a
+producer fenced or writing outside its transaction is refused there too.
 """
 
 from __future__ import annotations
@@ -36,16 +47,20 @@ from bayou.broker.idempotence import producer_rebuild_start
 from bayou.broker.model import Acks, ProduceResult
 from bayou.broker.partition import Partition
 from bayou.broker.persist import StateFile
-from bayou.broker.txnstate import TxnTable, control_batch
+from bayou.broker.txnstate import COMMIT, TxnTable, control_batch, marker_type
 from bayou.errors import (
     ConcurrentTransactions,
     InvalidProducerIdMapping,
     InvalidRequest,
     InvalidTransactionTimeout,
     InvalidTxnState,
+    NotLeader,
     ProducerFenced,
+    ReplicationTimeout,
+    StorageError,
     UnknownPartition,
 )
+from bayou.records.batch import decode_header
 from bayou.records.formats import ProducerSequence
 from bayou.storage.txnindex import AbortedIndex, AbortedTxn
 
@@ -57,6 +72,7 @@ log = logging.getLogger("bayou.broker")
 
 MAX_TIMEOUT_MS = 15 * 60 * 1000  # Kafka's transaction.max.timeout.ms default
 EXPIRY_CHECK_S = 1.0
+ADOPT_EVERY_S = 10.0  # cluster mode: how often the ids this broker now coordinates are looked for
 MAX_EPOCH = 32767
 ID_EXPIRY_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms default
 EMPTY, ONGOING = "Empty", "Ongoing"
@@ -79,6 +95,7 @@ class TxnMeta:
     # group -> topic -> partition -> offset, committed when the transaction commits
     offsets: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
     started_ms: int = 0
+    version: int = -1  # cluster mode: the ZooKeeper node's version this copy was read at (-1: none)
 
     def as_json(self) -> dict[str, Any]:
         return {"producer_id": self.producer_id, "epoch": self.epoch, "timeout_ms": self.timeout_ms,
@@ -112,6 +129,11 @@ class Transactions:
         self.file = StateFile(ctx.config.data_dir / "transactions.json", self._snapshot)
         self._lock = asyncio.Lock()  # one state change at a time: markers are written in order
         self.next_producer_id: Callable[[], int] = self._unset
+        # cluster mode: whether this broker coordinates a transactional id (the Kafka front end's
+        # answer, set with the producer id allocator); the expiry pass acts on those only
+        self.coordinates: Callable[[str], bool] = lambda _txn_id: True
+        self._adopted_at = 0.0
+        self._members: frozenset[int] = frozenset()
 
     @staticmethod
     def _unset() -> int:
@@ -156,13 +178,69 @@ class Transactions:
             run_forever("transaction-expiry", self.expire, EXPIRY_CHECK_S, logger=log),
             name="transaction-expiry")]
 
-    async def _save(self) -> None:
-        await self.file.save()
+    # -- where the state is kept: this broker's file, or ZooKeeper in cluster mode ---------------
 
-    def _txn(self, txn_id: str, producer_id: int, epoch: int) -> TxnMeta:
+    def _cache(self, meta: TxnMeta) -> None:
+        self.txns[meta.transactional_id] = meta
+        self.by_producer[meta.producer_id] = meta
+
+    def _uncache(self, txn_id: str) -> None:
+        meta = self.txns.pop(txn_id, None)
+        if meta is not None and self.by_producer.get(meta.producer_id) is meta:
+            del self.by_producer[meta.producer_id]
+
+    async def _read(self, txn_id: str) -> TxnMeta | None:
+        """Cluster mode: ``txn_id``'s state as ZooKeeper has it now (not cached)."""
+        cluster = self.ctx.cluster
+        assert cluster is not None
+        data, version = await cluster.txn_state(txn_id)
+        if not data:
+            return None
+        try:
+            meta = TxnMeta.from_json(txn_id, json.loads(data))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StorageError(f"the state of transactional id {txn_id!r} is unreadable ({exc})") from None
+        meta.version = version
+        return meta
+
+    async def _meta(self, txn_id: str) -> TxnMeta | None:
+        """``txn_id``'s state: this broker's copy standalone; in cluster mode read from ZooKeeper
+        (another broker may have changed it) and cached."""
+        if self.ctx.cluster is None:
+            return self.txns.get(txn_id)
+        meta = await self._read(txn_id)
+        self._uncache(txn_id)
+        if meta is not None:
+            self._cache(meta)
+        return meta
+
+    async def _save(self, meta: TxnMeta) -> None:
+        """Record ``meta``'s change before it is answered. Cluster mode: compare-and-set of its
+        node; ConcurrentTransactions (retriable) when another broker changed it first."""
+        cluster = self.ctx.cluster
+        if cluster is None:
+            await self.file.save()
+            return
+        data = json.dumps(meta.as_json(), sort_keys=True).encode()
+        if not await cluster.set_txn_state(meta.transactional_id, data, meta.version):
+            self._uncache(meta.transactional_id)
+            raise ConcurrentTransactions(
+                f"transactional id {meta.transactional_id!r} was changed by another broker: retry")
+        meta.version += 1  # a create makes version 0, a set the next one
+
+    async def _forget(self, meta: TxnMeta) -> None:
+        """Drop an id unused for ``ID_EXPIRY_MS``."""
+        self._uncache(meta.transactional_id)
+        cluster = self.ctx.cluster
+        if cluster is None:
+            await self.file.save()
+        else:
+            await cluster.set_txn_state(meta.transactional_id, None, meta.version)
+
+    async def _txn(self, txn_id: str, producer_id: int, epoch: int) -> TxnMeta:
         """The transaction ``txn_id`` as its producer names it: the errors Kafka gives a stale
         or unknown producer."""
-        meta = self.txns.get(txn_id)
+        meta = await self._meta(txn_id)
         if meta is None or meta.producer_id != producer_id:
             raise InvalidProducerIdMapping(f"transactional id {txn_id!r} has no producer {producer_id}")
         if epoch != meta.epoch:
@@ -181,7 +259,7 @@ class Transactions:
             raise InvalidTransactionTimeout(
                 f"transaction timeout {timeout_ms} ms is outside 1..{MAX_TIMEOUT_MS}")
         async with self._lock:
-            meta = self.txns.get(txn_id)
+            meta = await self._meta(txn_id)
             current = None if meta is None else (meta.producer_id, meta.epoch)
             if meta is not None and producer_id >= 0 and (producer_id, epoch) != current:
                 if producer_id != meta.producer_id:
@@ -192,7 +270,7 @@ class Transactions:
             if meta is not None and meta.state == ONGOING:
                 meta.epoch = self._bump(meta)
                 meta.state = PREPARE_ABORT
-                await self._save()
+                await self._save(meta)
                 await self._complete(meta)
             if meta is None:
                 meta = TxnMeta(txn_id, self.next_producer_id(), 0, timeout_ms)
@@ -204,9 +282,8 @@ class Transactions:
                     meta.epoch += 1
             meta.timeout_ms, meta.state, meta.started_ms = timeout_ms, EMPTY, _now_ms()
             meta.partitions, meta.groups, meta.offsets = set(), set(), {}
-            self.txns[txn_id] = meta
-            self.by_producer[meta.producer_id] = meta
-            await self._save()
+            self._cache(meta)
+            await self._save(meta)
             return meta.producer_id, meta.epoch
 
     @staticmethod
@@ -225,7 +302,7 @@ class Transactions:
         """Name partitions the transaction writes to (UnknownTopic/UnknownPartition for one that
         does not exist: then none is added)."""
         async with self._lock:
-            meta = self._txn(txn_id, producer_id, epoch)
+            meta = await self._txn(txn_id, producer_id, epoch)
             if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
                 raise ConcurrentTransactions()
             for topic, p in partitions:
@@ -236,33 +313,33 @@ class Transactions:
                 return
             self._begin(meta)
             meta.partitions.update(partitions)
-            await self._save()
+            await self._save(meta)
 
     async def add_offsets(self, txn_id: str, producer_id: int, epoch: int, group: str) -> None:
         async with self._lock:
-            meta = self._txn(txn_id, producer_id, epoch)
+            meta = await self._txn(txn_id, producer_id, epoch)
             self._begin(meta)
             if group not in meta.groups:
                 meta.groups.add(group)
-                await self._save()
+                await self._save(meta)
 
     async def stage_offsets(self, txn_id: str, producer_id: int, epoch: int, group: str,
                             offsets: dict[str, dict[int, int]]) -> None:
         """TxnOffsetCommit: offsets committed for ``group`` if the transaction commits."""
         async with self._lock:
-            meta = self._txn(txn_id, producer_id, epoch)
+            meta = await self._txn(txn_id, producer_id, epoch)
             if meta.state != ONGOING or group not in meta.groups:
                 raise InvalidTxnState(f"group {group!r} was not added to transaction {txn_id!r}")
             for topic, parts in offsets.items():
                 self.ctx.authorize("poll", topic)
                 meta.offsets.setdefault(group, {}).setdefault(topic, {}).update(parts)
-            await self._save()
+            await self._save(meta)
 
     async def end(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> None:
         """EndTxn: write the markers, commit (or drop) the staged offsets. A retry of an end that
         completed is answered as it was; the other end is INVALID_TXN_STATE."""
         async with self._lock:
-            meta = self._txn(txn_id, producer_id, epoch)
+            meta = await self._txn(txn_id, producer_id, epoch)
             done = COMPLETE_COMMIT if commit else COMPLETE_ABORT
             if meta.state == done:
                 return
@@ -275,7 +352,7 @@ class Transactions:
                 raise InvalidTxnState(f"transaction {txn_id!r} is {meta.state}: cannot "
                                       f"{'commit' if commit else 'abort'}")
             meta.state = PREPARE_COMMIT if commit else PREPARE_ABORT
-            await self._save()
+            await self._save(meta)
             await self._complete(meta)
 
     async def _complete(self, meta: TxnMeta) -> None:
@@ -283,49 +360,107 @@ class Transactions:
         lock. A partition deleted meanwhile is skipped."""
         commit = meta.state == PREPARE_COMMIT
         for topic, p in sorted(meta.partitions):
-            try:
-                part = self.ctx.partition(topic, p)
-            except Exception:  # the topic or partition is gone: nothing left to mark
-                continue
-            await self.write_marker(part, meta.producer_id, meta.epoch, commit)
+            await self._mark(topic, p, meta.producer_id, meta.epoch, commit)
         if commit:
             for group, topics in meta.offsets.items():
                 for topic, parts in topics.items():
                     await self._commit_offsets(group, topic, parts)
         meta.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
         meta.partitions, meta.groups, meta.offsets = set(), set(), {}
-        await self._save()
+        await self._save(meta)
         log.info("transaction %s (producer %d, epoch %d) %s", meta.transactional_id, meta.producer_id,
                  meta.epoch, "committed" if commit else "aborted")
+
+    async def _mark(self, topic: str, p: int, producer_id: int, epoch: int, commit: bool) -> None:
+        """Write the marker ending the transaction on one partition. Standalone, here (a partition
+        deleted meanwhile is skipped). In cluster mode, at the partition's leader as the cluster
+        state has it (here, or forwarded), replicated to the ISR; a partition the cluster no
+        longer has is skipped, and one that cannot be marked now raises ConcurrentTransactions
+        (the transaction stays prepared: EndTxn's retry or the expiry pass writes it)."""
+        cluster = self.ctx.cluster
+        if cluster is None:
+            try:
+                part = self.ctx.partition(topic, p)
+            except Exception:  # the topic or partition is gone: nothing left to mark
+                return
+            await self.write_marker(part, producer_id, epoch, commit)
+            return
+        snap = cluster.snapshot
+        if snap is not None and (topic, p) not in snap.states:
+            return
+        leader, _epoch = cluster.partition_leader(topic, p)
+        try:
+            if leader is not None and leader.broker_id == self.ctx.config.broker_id:
+                part = await self.ctx.ready_partition(topic, p)
+                await self.write_marker(part, producer_id, epoch, commit, Acks.ALL)
+            else:
+                await cluster.forward_marker(topic, p, control_batch(producer_id, epoch, commit, _now_ms()))
+        except (NotLeader, ReplicationTimeout, StorageError, OSError) as exc:
+            raise ConcurrentTransactions(
+                f"the marker of {topic}/{p} is not written yet ({exc}): retry") from None
+
+    async def _adopt(self) -> None:
+        """Cluster mode: cache the state of the ids this broker coordinates now (their coordinator
+        may have died: their expiry and half-ended ends are this broker's now), and drop the
+        others. Every ``ADOPT_EVERY_S``, and at once when the live brokers change."""
+        cluster = self.ctx.cluster
+        assert cluster is not None
+        members = frozenset(cluster.live_brokers())
+        now = time.monotonic()
+        if members == self._members and now - self._adopted_at < ADOPT_EVERY_S:
+            return
+        self._members, self._adopted_at = members, now
+        for txn_id in list(self.txns):
+            if not self.coordinates(txn_id):
+                self._uncache(txn_id)
+        for txn_id in await cluster.txn_ids():
+            if txn_id not in self.txns and self.coordinates(txn_id):
+                async with self._lock:
+                    await self._meta(txn_id)
 
     async def expire(self) -> None:
         """Abort every open transaction past its timeout, fencing its producer (a new epoch);
         forget transactional ids unused for ``ID_EXPIRY_MS`` (Kafka's
         transactional.id.expiration.ms), so the state stays bounded."""
+        clustered = self.ctx.cluster is not None
+        if clustered:
+            await self._adopt()
         now = _now_ms()
-        idle = [k for k, m in self.txns.items()
-                if m.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and now - m.started_ms > ID_EXPIRY_MS]
-        if idle:
+
+        def idle(m: TxnMeta) -> bool:
+            return m.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and now - m.started_ms > ID_EXPIRY_MS
+
+        def due(m: TxnMeta) -> bool:
+            return m.state in (PREPARE_COMMIT, PREPARE_ABORT) or (
+                m.state == ONGOING and now - m.started_ms > m.timeout_ms)
+
+        for k in [k for k, m in self.txns.items() if idle(m)]:
             async with self._lock:
-                for k in idle:
-                    meta = self.txns.pop(k, None)
-                    if meta is not None and self.by_producer.get(meta.producer_id) is meta:
-                        del self.by_producer[meta.producer_id]
-                await self._save()
-        for meta in list(self.txns.values()):
-            if meta.state in (PREPARE_COMMIT, PREPARE_ABORT) or (
-                    meta.state == ONGOING and now - meta.started_ms > meta.timeout_ms):
-                async with self._lock:
-                    if meta.state == ONGOING:
-                        log.info("transaction %s timed out after %d ms: aborting",
-                                 meta.transactional_id, meta.timeout_ms)
-                        self.by_producer.pop(meta.producer_id, None)
-                        meta.epoch = self._bump(meta)
-                        self.by_producer[meta.producer_id] = meta
-                        meta.state = PREPARE_ABORT
-                        await self._save()
-                    if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                        await self._complete(meta)
+                meta = await self._meta(k)  # cluster mode: as ZooKeeper has it now
+                if meta is not None and idle(meta):
+                    await self._forget(meta)
+        for cached in list(self.txns.values()):
+            if due(cached):
+                try:
+                    await self._expire_one(cached, clustered, due)
+                except (ConcurrentTransactions, StorageError) as exc:  # the next pass tries again
+                    log.warning("transaction %s: %s", cached.transactional_id, exc.message)
+
+    async def _expire_one(self, cached: TxnMeta, clustered: bool, due: Callable[[TxnMeta], bool]) -> None:
+        async with self._lock:
+            meta = await self._meta(cached.transactional_id) if clustered else cached
+            if meta is None or not due(meta):
+                return
+            if meta.state == ONGOING:
+                log.info("transaction %s timed out after %d ms: aborting",
+                         meta.transactional_id, meta.timeout_ms)
+                self.by_producer.pop(meta.producer_id, None)
+                meta.epoch = self._bump(meta)
+                self.by_producer[meta.producer_id] = meta
+                meta.state = PREPARE_ABORT
+                await self._save(meta)
+            if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                await self._complete(meta)
 
     # -- the partitions' side ---------------------------------------------------------------------
 
@@ -354,30 +489,59 @@ class Transactions:
     async def produce(self, topic: str, partition: int, producer_id: int, epoch: int,
                       producers: Sequence[ProducerSequence],
                       build: Callable[[list[bool]], tuple[bytes, Stamp | None]],
-                      acks: Acks) -> ProduceResult:
+                      acks: Acks, txn_id: str | None = None) -> ProduceResult:
         """A transactional producer's batch: its transaction must be open and hold the partition.
         The partition's open transaction is registered before the batch is visible, so the last
-        stable offset never passes it."""
-        meta = self.by_producer.get(producer_id)
-        if meta is None:
+        stable offset never passes it. In cluster mode the coordinator's state is in ZooKeeper:
+        the first batch of each transaction here is checked against it (``txn_id``, the
+        produce's transactional id), later ones against what that check found."""
+        if self.ctx.cluster is None:
+            self._check_producer(self.by_producer.get(producer_id), producer_id, epoch, topic, partition)
+        part = await self.ctx.ready_partition(topic, partition)
+        table = await self.table(part)
+        if self.ctx.cluster is not None and table.verified.get(producer_id) != epoch:
+            meta = await self._read(txn_id) if txn_id is not None else None
+            self._check_producer(meta, producer_id, epoch, topic, partition)
+            table = await self.table(part)  # the same one unless the partition changed hands
+            table.verified[producer_id] = epoch
+        table.begin(producer_id, part.log.next_offset)
+        return await self.path.produce_idempotent(topic, partition, producers, build, acks)
+
+    @staticmethod
+    def _check_producer(meta: TxnMeta | None, producer_id: int, epoch: int, topic: str,
+                        partition: int) -> None:
+        if meta is None or meta.producer_id != producer_id:
             raise InvalidProducerIdMapping(f"producer {producer_id} has no transaction")
         if epoch != meta.epoch:
             raise ProducerFenced(f"producer {producer_id}: epoch {epoch}, current {meta.epoch}")
         if meta.state != ONGOING or (topic, partition) not in meta.partitions:
             raise InvalidTxnState(f"partition {topic}/{partition} is not in the producer's transaction")
-        part = await self.ctx.ready_partition(topic, partition)
-        table = await self.table(part)
-        table.begin(producer_id, part.log.next_offset)
-        return await self.path.produce_idempotent(topic, partition, producers, build, acks)
 
-    async def write_marker(self, part: Partition, producer_id: int, epoch: int, commit: bool) -> None:
+    async def write_marker(self, part: Partition, producer_id: int, epoch: int, commit: bool,
+                           acks: Acks = Acks.LEADER) -> ProduceResult:
+        """Append the marker ending ``producer_id``'s transaction on ``part`` (this broker leads
+        it); acks=all (cluster mode) waits for the ISR after the table has it."""
         table = await self.table(part)
         batch = control_batch(producer_id, epoch, commit, _now_ms())
-        info = await self.path.append_control(part, batch)
+        info = await self.path.append_control(part, batch, acks)
         entry = table.end(producer_id, info.base_offset, commit)
         if entry is not None:
             await asyncio.get_running_loop().run_in_executor(
                 self.ctx.io, AbortedIndex(part.log.dir).append, [entry])
+        if acks == Acks.ALL:
+            await self.path.await_replication(part, info.last_offset)
+        return ProduceResult(part.index, info.base_offset, info.last_offset, part.high_watermark,
+                             part.log.log_start_offset)
+
+    async def marker_from(self, topic: str, partition: int, batch: bytes, acks: Acks) -> ProduceResult:
+        """A marker another broker's coordinator made (``batch``, a control batch), appended here
+        as the partition's leader."""
+        h = decode_header(batch)
+        if not (h.control and h.transactional) or h.record_count != 1:
+            raise InvalidRequest("a transaction marker that is not one control record")
+        commit = marker_type(batch, 0) == COMMIT
+        part = await self.ctx.ready_partition(topic, partition)
+        return await self.write_marker(part, h.producer_id, h.producer_epoch, commit, acks)
 
     async def stable_offset(self, part: Partition, high_watermark: int) -> int:
         return (await self.table(part)).stable(high_watermark)

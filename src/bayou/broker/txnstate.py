@@ -78,6 +78,9 @@ class TxnTable:
         self._ended: dict[int, int] = {}  # producer id -> the offset after its last marker seen
         self.scan_start = 0
         self.unsaved: list[AbortedTxn] = []
+        # cluster mode: producer id -> the epoch whose open transaction the coordinator's state
+        # was found to hold this partition in (broker/transactions.py); until its marker
+        self.verified: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self.ongoing)
@@ -115,6 +118,7 @@ class TxnTable:
         """The marker at ``marker_offset`` ends the producer's transaction here: the aborted entry
         to keep when it was an abort (None when already kept, or a commit)."""
         first = self.ongoing.pop(producer_id, None)
+        self.verified.pop(producer_id, None)
         if first is None:  # opened before the rebuild's window: after its previous marker
             first = self._ended.get(producer_id, self.scan_start)
         self._ended[producer_id] = marker_offset + 1

@@ -32,6 +32,7 @@ from kio.schema.errors import ErrorCode
 from bayou.broker import Broker, ordering
 from bayou.broker.authz import Principal, current_caller, current_principal
 from bayou.broker.broker import Acks
+from bayou.broker.views import THIS_BROKER, Endpoint
 from bayou.errors import (
     BayouError,
     InvalidRequest,
@@ -46,7 +47,6 @@ from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import (
     SUPPORTED,
-    TRANSACTION_APIS,
     ApiKey,
     VersionRange,
 )
@@ -64,6 +64,7 @@ from bayou.server.kafka_context import (
     ALL_OPERATIONS_OMITTED,
     CLUSTER_ID,
     CLUSTER_OPERATIONS,
+    KAFKA_LISTENERS,
     TOPIC_OPERATIONS,
     Advertised,
     Fields,
@@ -73,6 +74,7 @@ from bayou.server.kafka_context import (
     Session,
     cluster_brokers,
     code_of,
+    not_coordinator,
 )
 from bayou.server.metering import UNKNOWN, RequestMeter
 
@@ -86,9 +88,7 @@ SERVED: Mapping[ApiKey, VersionRange] = MappingProxyType({
     **SUPPORTED,
     # SaslHandshake v0 is followed by raw SASL tokens outside Kafka's framing: only v1 is served
     ApiKey.SASL_HANDSHAKE: VersionRange(1, 1)})
-"""What ApiVersions advertises: every API of ``SUPPORTED``, but the transaction APIs in cluster
-mode (server/kafka_txn.py: a client that sees no AddPartitionsToTxn refuses transactional use up
-front)."""
+"""What ApiVersions advertises: every API of ``SUPPORTED``, in cluster mode too."""
 
 PLAIN = "PLAIN"
 MECHANISMS = (PLAIN, *scram.MECHANISMS)  # what SaslHandshake offers
@@ -111,7 +111,15 @@ class KafkaService:
         self._producer_ids = itertools.count(
             (int(time.time() * 1000) << 8) * PRODUCER_ID_STRIDE
             + broker.config.broker_id % PRODUCER_ID_STRIDE, PRODUCER_ID_STRIDE)
-        broker.set_producer_ids(self.next_producer_id)  # the transaction coordinator's too
+        # the transaction coordinator's too, and (cluster mode) which transactional ids it serves
+        broker.set_producer_ids(self.next_producer_id, self.coordinates)
+
+    def coordinates(self, txn_id: str) -> bool:
+        """Whether this broker is ``txn_id``'s transaction coordinator (cluster mode: the broker
+        FindCoordinator names for it, as for a group of that name)."""
+        where = self.broker.group_coordinator(txn_id, KAFKA_LISTENERS)
+        return where is THIS_BROKER or (isinstance(where, Endpoint)
+                                        and where.broker_id == self.broker.config.broker_id)
 
     async def answer(self, frame: bytes, session: Session, advertised: Advertised
                      ) -> bytes | list[Piece] | None:
@@ -164,8 +172,6 @@ class KafkaService:
 
 async def api_versions(svc: KafkaService, req: Request, body: Any) -> Fields:
     served = svc.served
-    if svc.broker.clustered:
-        served = {k: r for k, r in served.items() if k not in TRANSACTION_APIS}
     return {"api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
                          for k, lo, hi in codec.api_versions(served)],
             "finalized_features_epoch": -1}
@@ -244,7 +250,7 @@ async def _append_partition(svc: KafkaService, topic: str, index: int, records: 
             raise UnknownPartition(f"topic {topic} has no partition {index}")
         batch = bytearray(records)
         h = check_produced(batch)
-        if h.transactional and (transactional_id is None or svc.broker.clustered):
+        if h.transactional and transactional_id is None:
             raise InvalidTxnState("a transactional batch outside a transactional produce")
         if h.producer_id >= 0 and h.base_sequence >= 0:
             pid = kafka_producer(h.producer_id)
@@ -257,7 +263,7 @@ async def _append_partition(svc: KafkaService, topic: str, index: int, records: 
 
             if h.transactional:
                 result = await broker.produce_transactional(topic, index, h.producer_id, h.producer_epoch,
-                                                            seqs, whole, acks)
+                                                            seqs, whole, acks, transactional_id)
             else:
                 result = await broker.produce_idempotent(topic, index, seqs, whole, acks)
         else:
@@ -503,9 +509,9 @@ async def offset_for_leader_epoch(svc: KafkaService, req: Request, body: Any) ->
 async def init_producer_id(svc: KafkaService, req: Request, body: Any) -> Fields:
     pid, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
     if body.transactional_id is not None:
-        if svc.broker.clustered:  # transactions are served by a single broker (kafka_txn.py)
-            return {"error_code": ErrorCode.coordinator_not_available, "producer_id": -1,
-                    "producer_epoch": -1}
+        code = not_coordinator(svc.broker, req, body.transactional_id)
+        if code is not None:
+            return {"error_code": code, "producer_id": -1, "producer_epoch": -1}
         try:
             pid, epoch = await svc.broker.txn_init_producer(
                 body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000), pid, epoch)

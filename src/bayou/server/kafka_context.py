@@ -118,6 +118,16 @@ def group_coordinator(broker: Broker, group: str, here: Advertised) -> Advertise
     return Advertised(e.broker_id, e.hostname, e.port)  # as Metadata names it
 
 
+def not_coordinator(broker: Broker, req: Request, key: str) -> ErrorCode | None:
+    """None when this broker coordinates ``key`` (a group, or a transactional id: Kafka names
+    both the same way): always standalone. Else NOT_COORDINATOR, or COORDINATOR_NOT_AVAILABLE
+    while no coordinator is known."""
+    where = group_coordinator(broker, key, req.advertised)
+    if where is None:
+        return ErrorCode.coordinator_not_available
+    return None if where.node_id == req.advertised.node_id else ErrorCode.not_coordinator
+
+
 @dataclass(slots=True)
 class Request:
     """What a handler knows of the request besides its body."""

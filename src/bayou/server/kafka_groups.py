@@ -29,21 +29,13 @@ from bayou.server.kafka_context import (
     Request,
     code_of,
     group_coordinator,
+    not_coordinator,
 )
 
 if TYPE_CHECKING:
     from bayou.server.kafka import KafkaService
 
 CONSUMER = "consumer"
-
-
-def _not_coordinator(svc: KafkaService, req: Request, group: str) -> ErrorCode | None:
-    """Cluster mode: NOT_COORDINATOR unless this broker coordinates ``group`` (or
-    COORDINATOR_NOT_AVAILABLE while no broker is known); None when this broker serves it."""
-    where = group_coordinator(svc.broker, group, req.advertised)
-    if where is None:
-        return ErrorCode.coordinator_not_available
-    return None if where.node_id == req.advertised.node_id else ErrorCode.not_coordinator
 
 
 def _coordinator_entry(svc: KafkaService, req: Request, key: str) -> Fields:
@@ -69,7 +61,7 @@ def _join_error(code: ErrorCode, member_id: str) -> Fields:
 async def join_group(svc: KafkaService, req: Request, body: Any) -> Fields:
     session = int(body.session_timeout.total_seconds() * 1000)
     rebalance = getattr(body, "rebalance_timeout", None)
-    elsewhere = _not_coordinator(svc, req, body.group_id)
+    elsewhere = not_coordinator(svc.broker, req, body.group_id)
     if elsewhere is not None:
         return _join_error(elsewhere, body.member_id)
     try:
@@ -90,7 +82,7 @@ async def join_group(svc: KafkaService, req: Request, body: Any) -> Fields:
 
 
 async def sync_group(svc: KafkaService, req: Request, body: Any) -> Fields:
-    elsewhere = _not_coordinator(svc, req, body.group_id)
+    elsewhere = not_coordinator(svc.broker, req, body.group_id)
     if elsewhere is not None:
         return {"error_code": elsewhere, "assignment": b"", "protocol_type": None, "protocol_name": None}
     try:
@@ -104,7 +96,7 @@ async def sync_group(svc: KafkaService, req: Request, body: Any) -> Fields:
 
 
 async def heartbeat(svc: KafkaService, req: Request, body: Any) -> Fields:
-    elsewhere = _not_coordinator(svc, req, body.group_id)
+    elsewhere = not_coordinator(svc.broker, req, body.group_id)
     if elsewhere is not None:
         return {"error_code": elsewhere}
     try:
@@ -117,7 +109,7 @@ async def heartbeat(svc: KafkaService, req: Request, body: Any) -> Fields:
 async def leave_group(svc: KafkaService, req: Request, body: Any) -> Fields:
     members = getattr(body, "members", None)
     ids = [m.member_id for m in members] if members is not None else [body.member_id]
-    elsewhere = _not_coordinator(svc, req, body.group_id)
+    elsewhere = not_coordinator(svc.broker, req, body.group_id)
     if elsewhere is not None:
         return {"error_code": elsewhere, "members": []}
     results = svc.broker.classic_groups.leave(body.group_id, ids)
@@ -132,7 +124,7 @@ async def leave_group(svc: KafkaService, req: Request, body: Any) -> Fields:
 async def offset_commit(svc: KafkaService, req: Request, body: Any) -> Fields:
     generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
     member = getattr(body, "member_id", "")
-    group_error = _not_coordinator(svc, req, body.group_id)
+    group_error = not_coordinator(svc.broker, req, body.group_id)
     try:
         if group_error is None:
             svc.broker.classic_groups.check_commit(body.group_id, member, generation)
@@ -231,7 +223,7 @@ async def describe_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
                          GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False)
                          else ALL_OPERATIONS_OMITTED}
         try:
-            elsewhere = _not_coordinator(svc, req, name)
+            elsewhere = not_coordinator(svc.broker, req, name)
             if elsewhere is not None:
                 entry["error_code"] = elsewhere
             elif name in svc.broker.classic_groups.groups:
@@ -256,7 +248,7 @@ async def delete_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
     results = []
     known = _all_groups(svc)
     for name in body.groups_names:
-        elsewhere = _not_coordinator(svc, req, name)
+        elsewhere = not_coordinator(svc.broker, req, name)
         if elsewhere is not None:
             results.append({"group_id": name, "error_code": elsewhere})
             continue

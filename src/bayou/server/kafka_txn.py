@@ -3,9 +3,11 @@ server/kafka.py dispatches here): AddPartitionsToTxn, AddOffsetsToTxn, TxnOffset
 InitProducerId with a transactional id, transactional Produce and read_committed Fetch are in
 server/kafka.py with their non-transactional forms.
 
-Served by a single broker only: ApiVersions leaves these out in cluster mode (a client that sees
-no AddPartitionsToTxn refuses transactional use up front), and a request sent anyway is answered
-COORDINATOR_NOT_AVAILABLE.
+In cluster mode each transactional id has a coordinator, named by FindCoordinator (key type 1)
+as a group of that name would be: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
+anywhere else get NOT_COORDINATOR (COORDINATOR_NOT_AVAILABLE while no broker is known), and the
+client asks again; TxnOffsetCommit goes to the group's coordinator, as Kafka's does. The state
+they change is shared through ZooKeeper (broker/transactions.py).
 """
 
 from __future__ import annotations
@@ -17,14 +19,10 @@ from kio.schema.errors import ErrorCode
 from bayou.broker.groups.coordinator import RTES_POLICY
 from bayou.errors import BayouError
 from bayou.protocols.kafka.codes import ApiKey
-from bayou.server.kafka_context import Fields, Handler, Request, code_of
+from bayou.server.kafka_context import Fields, Handler, Request, code_of, not_coordinator
 
 if TYPE_CHECKING:
     from bayou.server.kafka import KafkaService
-
-
-def _unserved(svc: KafkaService) -> ErrorCode | None:
-    return ErrorCode.coordinator_not_available if svc.broker.clustered else None
 
 
 async def add_partitions_to_txn(svc: KafkaService, req: Request, body: Any) -> Fields:
@@ -33,7 +31,7 @@ async def add_partitions_to_txn(svc: KafkaService, req: Request, body: Any) -> F
     OPERATION_NOT_ATTEMPTED."""
     topics = body.v3_and_below_topics
     wanted = [(t.name, p) for t in topics for p in t.partitions]
-    code = _unserved(svc)
+    code = not_coordinator(svc.broker, req, body.v3_and_below_transactional_id)
     failed: set[tuple[str, int]] = set()
     if code is None:
         missing = []
@@ -63,7 +61,7 @@ async def add_partitions_to_txn(svc: KafkaService, req: Request, body: Any) -> F
 
 
 async def add_offsets_to_txn(svc: KafkaService, req: Request, body: Any) -> Fields:
-    code = _unserved(svc)
+    code = not_coordinator(svc.broker, req, body.transactional_id)
     if code is None:
         try:
             await svc.broker.txn_add_offsets(body.transactional_id, body.producer_id,
@@ -77,7 +75,7 @@ async def add_offsets_to_txn(svc: KafkaService, req: Request, body: Any) -> Fiel
 async def txn_offset_commit(svc: KafkaService, req: Request, body: Any) -> Fields:
     """Offsets committed for the group when the transaction commits (the group becomes a bayou
     group of the topic, as a plain OffsetCommit makes it)."""
-    code = _unserved(svc)
+    code = not_coordinator(svc.broker, req, body.group_id)
     if code is None:
         try:
             offsets: dict[str, dict[int, int]] = {}
@@ -104,7 +102,7 @@ async def txn_offset_commit(svc: KafkaService, req: Request, body: Any) -> Field
 
 
 async def end_txn(svc: KafkaService, req: Request, body: Any) -> Fields:
-    code = _unserved(svc)
+    code = not_coordinator(svc.broker, req, body.transactional_id)
     if code is None:
         try:
             await svc.broker.txn_end(body.transactional_id, body.producer_id, body.producer_epoch,

@@ -11,6 +11,7 @@ from bayou.broker.cluster.context import REPLICATION, ClusterContext
 from bayou.broker.cluster.leader import CONSUMER
 from bayou.broker.cluster.transport import (
     DEDUPLICATE,
+    TXN_MARKER,
     FetchAnswer,
     FetchRequest,
     FetchStatus,
@@ -114,7 +115,17 @@ class LeaderForwarder:
                               deduplicate: bool = False) -> ProduceResult:
         """Have the partition's leader append ``batch`` (over the replication listener) and return
         its answer; NotLeader when no live broker leads the partition (or the leader went away)."""
-        req = ProduceRequest(topic, partition, int(acks), DEDUPLICATE if deduplicate else 0, batch)
+        return await self._forward(topic, partition, batch, acks, DEDUPLICATE if deduplicate else 0)
+
+    async def forward_marker(self, topic: str, partition: int, batch: bytes) -> None:
+        """Have the partition's leader append a transaction marker (a control batch this broker's
+        transaction coordinator made) and see it replicated to the ISR (acks=all): a marker lost
+        with its leader would leave the transaction open there for good."""
+        await self._forward(topic, partition, batch, Acks.ALL, TXN_MARKER)
+
+    async def _forward(self, topic: str, partition: int, batch: bytes, acks: Acks, flags: int
+                       ) -> ProduceResult:
+        req = ProduceRequest(topic, partition, int(acks), flags, batch)
         reply = await self._ask_leader(topic, partition, req,
                                        self.broker.config.ack_all_timeout_ms / 1000 + 10, False)
         assert isinstance(reply, ProduceAnswer)

@@ -14,6 +14,7 @@ import asyncio
 from bayou.broker.cluster.context import ClusterContext
 from bayou.broker.cluster.transport import (
     DEDUPLICATE,
+    TXN_MARKER,
     FetchAnswer,
     FetchRequest,
     FetchStatus,
@@ -47,7 +48,9 @@ class LeaderHandlers:
         """Another broker's forwarded produce, appended here if this broker leads the partition."""
         acks = Acks(req.acks)
         try:
-            if req.flags & DEDUPLICATE:
+            if req.flags & TXN_MARKER:  # another broker's transaction coordinator ends a transaction
+                result = await self.broker.write_txn_marker(req.topic, req.partition, req.batch, acks)
+            elif req.flags & DEDUPLICATE:
                 def decode_all() -> list[Record]:
                     return [r for pos, _h in iter_batches(req.batch) for r in decode_records(req.batch, pos)]
 

@@ -347,8 +347,20 @@ class ClusterNode:
     async def set_group_state(self, group: str, data: bytes, version: int) -> bool:
         return await self.store.set_group_state(group, data, version)
 
+    async def txn_state(self, txn_id: str) -> tuple[bytes, int]:
+        return await self.store.txn_state(txn_id)
+
+    async def set_txn_state(self, txn_id: str, data: bytes | None, version: int) -> bool:
+        return await self.store.set_txn_state(txn_id, data, version)
+
+    async def txn_ids(self) -> list[str]:
+        return await self.store.txn_ids()
+
     async def consumer_fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
         return await self.forwarder.consumer_fetch(topic, partition, offset, max_bytes)
+
+    async def forward_marker(self, topic: str, partition: int, batch: bytes) -> None:
+        await self.forwarder.forward_marker(topic, partition, batch)
 
     async def forward_produce(self, topic: str, partition: int, batch: bytes, acks: Acks, *,
                               deduplicate: bool = False) -> ProduceResult:

@@ -31,12 +31,17 @@ CONTROLLER = "/controller"
 TOPICS = "/topics"
 GROUPS = "/groups"
 LOCKS = "/locks"
+TRANSACTIONS = "/transactions"  # Kafka transactions' coordinator state, one node per transactional id
 PARTITIONS_REMOVED = "cluster.partitions.removed"  # topic config: [[removal id, partitions kept], ...]
 NO_LEADER = -1
 
 
 def group_path(group: str) -> str:
     return f"{GROUPS}/{quote(group, safe='')}"
+
+
+def txn_path(txn_id: str) -> str:
+    return f"{TRANSACTIONS}/{quote(txn_id, safe='')}"
 
 
 def offsets_path(group: str, topic: str) -> str:

@@ -89,6 +89,17 @@ class ZkMetadataStore:
     async def set_group_state(self, group: str, data: bytes, version: int) -> bool:
         return await self.ctx.run(self.ctx.zk.set_group_state, group, data, version)
 
+    # -- Kafka transactions' coordinator state (broker/transactions.py) ----------------------
+
+    async def txn_state(self, txn_id: str) -> tuple[bytes, int]:
+        return await self.ctx.run(self.ctx.zk.txn_state, txn_id)
+
+    async def set_txn_state(self, txn_id: str, data: bytes | None, version: int) -> bool:
+        return await self.ctx.run(self.ctx.zk.set_txn_state, txn_id, data, version)
+
+    async def txn_ids(self) -> list[str]:
+        return await self.ctx.run(self.ctx.zk.txn_ids)
+
     async def sync_offsets(self) -> None:
         """Take every group's committed offsets from ZooKeeper (the cluster's copy wins, deletions
         included; a local commit or deletion made while the copy was being read is kept)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 DEDUPLICATE = 0x01  # ProduceRequest.flags: de-duplicate by the records' message ids
+TXN_MARKER = 0x02  # ProduceRequest.flags: the batch is a transaction marker (broker/transactions.py)
 
 
 class LinkError(Exception):

@@ -31,6 +31,7 @@ from bayou.broker.cluster.state import (
     GROUPS,
     PARTITIONS_REMOVED,
     TOPICS,
+    TRANSACTIONS,
     BrokerRegistration,
     PartitionState,
     TopicAssignment,
@@ -41,6 +42,7 @@ from bayou.broker.cluster.state import (
     offsets_path,
     state_path,
     topic_path,
+    txn_path,
 )
 
 log = logging.getLogger("bayou.cluster")
@@ -492,6 +494,36 @@ class ZkCluster:
             return True
         except (BadVersionError, NoNodeError, NodeExistsError):
             return False
+
+    def txn_state(self, txn_id: str) -> tuple[bytes, int]:
+        """(a transactional id's coordinator state, empty when none, and its znode version:
+        -1 when the node does not exist)."""
+        try:
+            data, stat = self.zk.get(txn_path(txn_id))
+            return data, stat.version
+        except NoNodeError:
+            return b"", -1
+
+    def set_txn_state(self, txn_id: str, data: bytes | None, version: int) -> bool:
+        """Compare-and-set of a transactional id's state (version -1: create it; ``data`` None:
+        delete it); False when another broker changed, created or deleted it first."""
+        try:
+            if data is None:
+                self.zk.delete(txn_path(txn_id), version=version)
+            elif version == -1:
+                self.zk.create(txn_path(txn_id), data, makepath=True)
+            else:
+                self.zk.set(txn_path(txn_id), data, version=version)
+            return True
+        except (BadVersionError, NoNodeError, NodeExistsError):
+            return False
+
+    def txn_ids(self) -> list[str]:
+        """Every transactional id with a state kept here."""
+        try:
+            return [unquote(c) for c in self.zk.get_children(TRANSACTIONS)]
+        except NoNodeError:
+            return []
 
     def merge_offsets(self, group: str, topic: str, entries: dict[int, int]) -> None:
         """Set committed offsets of ``group`` on ``topic`` (read, merge, compare-and-set)."""

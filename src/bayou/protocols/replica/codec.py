@@ -19,7 +19,8 @@ PRODUCE (kind 3), any broker -> the partition's leader (a send taken by a broker
 lead the partition, forwarded for clients that cannot follow a redirect)::
 
     u16 topic length, topic (UTF-8), u32 partition, i8 acks (0, 1, -1 = all), u8 flags (bit 0:
-    de-duplicate by the records' message ids), then one stored record batch as it is
+    de-duplicate by the records' message ids; bit 1: the batch is a transaction marker, a control
+    batch the transaction coordinator has the leader append), then one stored record batch as it is
 
 PRODUCE_REPLY (kind 4), leader -> broker::
 
@@ -66,6 +67,7 @@ _U16 = struct.Struct(">H")
 _PRODUCE = struct.Struct(">IbB")
 _PRODUCE_REPLY = struct.Struct(">BqqqqH")
 DEDUPLICATE = 0x01
+TXN_MARKER = 0x02
 
 
 class ReplicaProtocolError(Exception):
@@ -241,7 +243,7 @@ def decode(buf: bytes | bytearray | memoryview) -> tuple[Message, int] | None:
                 raise ReplicaProtocolError("PRODUCE body too short")
             topic = body[2 : 2 + n].decode()
             partition, acks, flags = _PRODUCE.unpack_from(body, 2 + n)
-            if partition > 0x7FFF_FFFF or acks not in (0, 1, -1) or flags & ~DEDUPLICATE:
+            if partition > 0x7FFF_FFFF or acks not in (0, 1, -1) or flags & ~(DEDUPLICATE | TXN_MARKER):
                 raise ReplicaProtocolError("PRODUCE with a bad partition, acks or flags")
             return Produce(topic, partition, acks, flags, body[2 + n + _PRODUCE.size :]), end
         if kind == Kind.PRODUCE_REPLY:
