@@ -19,6 +19,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from bayou.protocols.kafka.codes import ApiKey
+from bayou.storage.txnindex import AbortedIndex, AbortedTxn
 from support.cluster import Cluster
 from support.kafka import KafkaConn, read_values
 
@@ -115,6 +116,17 @@ def test_one_transaction_over_partitions_led_by_every_broker(cluster: Cluster) -
     finally:
         committed.close()
         uncommitted.close()
+    # every replica indexed the abort (a follower as it copied the marker): whichever of them
+    # leads later lists it to read_committed fetches, however old it is by then
+    def indexed(broker_id: int, part: int) -> list[AbortedTxn]:
+        return AbortedIndex(cluster.brokers[broker_id].data_dir / "topics" / topic / str(part)).load(0)
+
+    for b in cluster.brokers:
+        for part in range(parts):
+            cluster.wait(lambda b=b, part=part: len(indexed(b, part)) == 1, 30,
+                         f"the abort in broker {b}'s index of partition {part}")
+            entry = indexed(b, part)[0]
+            assert (entry.first_offset, entry.last_offset) == (6, 11), entry  # after 5 records and a marker
     print(f"partition leaders: {sorted(leaders)}")
     assert len(leaders) > 1, "the partitions' leaders should be spread over the brokers"
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from bayou.broker.idempotence import DedupTable, ProducerTable, Rebuilt
 from bayou.broker.replication import SINGLE_NODE, ReplicaTracker
 from bayou.broker.settings import BrokerConfig
+from bayou.broker.txnstate import CopiedTxns
 from bayou.storage.epochs import LeaderEpochCache
 from bayou.storage.log import PartitionLog
 
@@ -39,6 +40,9 @@ class Partition:
         self.dedup_state: Rebuilt[DedupTable] = Rebuilt()
         # Kafka transactions (broker/transactions.py): open ones and aborted ones, rebuilt alike
         self.txn_state: Rebuilt[TxnTable] = Rebuilt()
+        # Cluster mode, as a follower: the transactions of the batches copied from the leader,
+        # whose aborts go into the aborted index as the leader's do
+        self.copied_txns = CopiedTxns()
         # The run of control batches (markers) at the log end, offsets ``from..to-1``: what readers
         # that have no gap at the end (TANK's last assigned sequence) leave out. None until known.
         self.control_run: tuple[int, int] | None = None
@@ -93,6 +97,7 @@ class Partition:
         self.dedup_state.reset()
         self.producer_state.reset()
         self.txn_state.reset()
+        self.copied_txns = CopiedTxns()
         self.control_run = None
 
     def notify(self) -> None:

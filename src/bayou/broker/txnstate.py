@@ -12,11 +12,13 @@ import struct
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from bayou.broker.idempotence import producer_rebuild_start, rebuild
 from bayou.errors import CorruptRecord
 from bayou.records.batch import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
     HEADER_SIZE,
+    BatchHeader,
     Buffer,
     assemble_batch,
     decode_header,
@@ -24,7 +26,8 @@ from bayou.records.batch import (
 from bayou.records.compression import decompress
 from bayou.records.model import Record
 from bayou.records.v2 import decode_v2, encode_record
-from bayou.storage.txnindex import AbortedTxn
+from bayou.storage.log import PartitionLog
+from bayou.storage.txnindex import AbortedIndex, AbortedTxn
 
 ABORT, COMMIT = 0, 1  # the control record's type (its key: version int16, type int16)
 _CONTROL_KEY = struct.Struct(">hh")
@@ -117,10 +120,9 @@ class TxnTable:
     def end(self, producer_id: int, marker_offset: int, commit: bool) -> AbortedTxn | None:
         """The marker at ``marker_offset`` ends the producer's transaction here: the aborted entry
         to keep when it was an abort (None when already kept, or a commit)."""
-        first = self.ongoing.pop(producer_id, None)
+        first = self.open_since(producer_id)  # else opened before the rebuild's window
+        self.ongoing.pop(producer_id, None)
         self.verified.pop(producer_id, None)
-        if first is None:  # opened before the rebuild's window: after its previous marker
-            first = self._ended.get(producer_id, self.scan_start)
         self._ended[producer_id] = marker_offset + 1
         if commit or (producer_id, marker_offset) in self._known:
             return None
@@ -128,6 +130,11 @@ class TxnTable:
         self._known.add((producer_id, marker_offset))
         self.aborted.append(entry)
         return entry
+
+    def open_since(self, producer_id: int) -> int:
+        """The first offset of the producer's open transaction as far as this table saw: its
+        first record, else after its last marker, else where the table's scan began."""
+        return self.ongoing.get(producer_id, self._ended.get(producer_id, self.scan_start))
 
     def stable(self, high_watermark: int) -> int:
         """The last stable offset: below the first record of any open transaction."""
@@ -147,4 +154,43 @@ class TxnTable:
             del self.aborted[:i]
 
 
-__all__ = ["ABORT", "COMMIT", "TxnTable", "control_batch", "marker_type"]
+# -- a follower's copies -------------------------------------------------------------------------
+
+
+class CopiedTxns:
+    """A follower's view of the transactions in the batches it copies from the leader (cluster
+    mode, broker/cluster/fetcher.py): each producer's first offset in its open transaction, so
+    that an abort marker copied goes into the partition's aborted index as it did at the leader.
+    A follower that becomes leader rebuilds its table from the log's recent segments only
+    (``producer_rebuild_start``); the aborts before those come from the index. Runs on the
+    storage worker thread, with the copy."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, int] = {}  # producer id -> first offset of its open transaction
+
+    def copied(self, log: PartitionLog, buf: Buffer, pos: int, h: BatchHeader, now_ms: int) -> None:
+        """``h`` (the batch at ``pos`` of ``buf``) was appended to ``log``: an abort marker's entry
+        is appended to the aborted index."""
+        if not h.transactional or h.producer_id < 0:
+            return
+        if not h.control:
+            self.open.setdefault(h.producer_id, h.base_offset)
+            return
+        first = self.open.pop(h.producer_id, None)
+        if marker_type(buf, pos) == COMMIT:
+            return
+        if first is None:  # opened before this broker started copying: find it in the log
+            first = self._first_offset(log, h.producer_id, h.base_offset, now_ms)
+        AbortedIndex(log.dir).append([AbortedTxn(h.base_offset, min(first, h.base_offset), h.producer_id)])
+
+    @staticmethod
+    def _first_offset(log: PartitionLog, producer_id: int, marker_offset: int, now_ms: int) -> int:
+        """Where ``producer_id``'s transaction ended by the marker at ``marker_offset`` began, as
+        a leader's rebuild would find it (from the same recent segments)."""
+        table = TxnTable()
+        table.scan_start = start = min(producer_rebuild_start(log, now_ms), marker_offset)
+        rebuild(table, log, start, marker_offset)
+        return table.open_since(producer_id)
+
+
+__all__ = ["ABORT", "COMMIT", "CopiedTxns", "TxnTable", "control_batch", "marker_type"]

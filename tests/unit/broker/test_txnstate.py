@@ -6,8 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from bayou.broker import Broker, BrokerConfig
 from bayou.broker.idempotence import rebuild
-from bayou.broker.txnstate import ABORT, COMMIT, TxnTable, control_batch, marker_type
+from bayou.broker.model import Acks
+from bayou.broker.txnstate import ABORT, COMMIT, CopiedTxns, TxnTable, control_batch, marker_type
+from bayou.errors import InvalidRequest
 from bayou.records.batch import (
     ATTR_FORMAT_SHIFT,
     Record,
@@ -108,3 +113,60 @@ def test_bit_4_is_sparse_only_in_a_tank_batch() -> None:
     assert not is_sparse(0x10)  # format 0: Kafka's transactional bit
     assert not is_control((FORMAT_TANK << ATTR_FORMAT_SHIFT) | 0x20)
     assert is_control(0x30)
+
+
+
+def test_a_follower_indexes_the_aborts_it_copies(tmp_path: Path) -> None:
+    """CopiedTxns (cluster mode's follower copy): an abort marker copied from the leader is
+    indexed with its transaction's first offset, a commit is not; a transaction opened before
+    the follower started copying (a restart: an empty CopiedTxns) is found in the log."""
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    copied = CopiedTxns()
+
+    def copy(batch: bytes) -> None:
+        info = log.append(bytearray(batch))
+        stored = log.read(info.base_offset, 1 << 20).data
+        copied.copied(log, stored, 0, decode_header(stored), 10_000)
+
+    copy(txn_batch(b"a", pid=7))  # 0
+    copy(encode_batch([Record(value=b"plain", timestamp=1)]))  # 1
+    copy(txn_batch(b"b", pid=8))  # 2
+    copy(txn_batch(b"c", pid=7, seq=1))  # 3
+    copy(control_batch(8, 0, True, 5))  # 4: 8 committed
+    copy(control_batch(7, 0, False, 5))  # 5: 7 aborted, from 0
+    copy(txn_batch(b"d", pid=9))  # 6
+    assert AbortedIndex(log.dir).load(0) == [AbortedTxn(5, 0, 7)]
+    copied = CopiedTxns()  # the follower restarted
+    copy(control_batch(9, 0, False, 5))  # 7: 9 aborted, from 6
+    assert AbortedIndex(log.dir).load(0) == [AbortedTxn(5, 0, 7), AbortedTxn(7, 6, 9)]
+    # what a leader's rebuild then finds: nothing the index lacks
+    table = TxnTable(AbortedIndex(log.dir).load(0))
+    rebuild(table, log, 0, log.next_offset)
+    assert table.unsaved == [] and table.ongoing == {}
+    log.close()
+
+async def test_a_marker_from_another_coordinator_ends_the_transaction_here(tmp_path: Path) -> None:
+    """The leader's side of a forwarded marker (cluster mode's replication-link PRODUCE with the
+    transaction-marker flag, Broker.write_txn_marker): a control batch ends the producer's open
+    transaction on the partition and an abort is listed for read_committed fetches; anything but
+    one control record is refused and nothing is appended."""
+    b = Broker(BrokerConfig(data_dir=tmp_path / "d"))
+    await b.start()
+    try:
+        await b.create_topic("t", 1)
+        part = b.partition("t", 0)
+        table = await b.transactions.table(part)
+        await b.produce("t", 0, txn_batch(b"x", b"y", pid=7), create=False)
+        table.begin(7, 0)
+        assert await b.last_stable_offset("t", 0) == 0
+        for bad in (txn_batch(b"not a marker", pid=7),
+                    encode_batch([Record(value=b"plain", timestamp=1)])):
+            with pytest.raises(InvalidRequest):
+                await b.write_txn_marker("t", 0, bad, Acks.LEADER)
+        assert part.log.next_offset == 2
+        result = await b.write_txn_marker("t", 0, control_batch(7, 0, False, 5), Acks.LEADER)
+        assert result.base_offset == 2 and part.log.next_offset == 3
+        assert await b.last_stable_offset("t", 0) == 3
+        assert await b.aborted_transactions("t", 0, 0, 3) == [(7, 0)]
+    finally:
+        await b.stop()

@@ -28,6 +28,7 @@ MESSAGES = [
     FetchReply(FetchError.FENCED, 8, 0, 0),
     Produce("orders", 3, -1, 1, b"\x01" * 61),
     Produce("é", 0, 0, 0, b""),
+    Produce("orders", 1, -1, 2, b"\x02" * 70),  # a transaction marker
     ProduceReply(ProduceError.NONE, 10, 19, 20, 0),
     ProduceReply(ProduceError.REJECTED, message="the batch is corrupt: é"),
 ]
@@ -65,7 +66,7 @@ def test_exact_bytes() -> None:
     b"\x00\x00\x00\x02\x02\x00",  # FETCH_REPLY too short
     REPLY[:5] + b"\x09" + REPLY[6:],  # unknown error code
     b"\x00\x00\x00\x09\x03\x00\x01t\x00\x00\x00\x01\x05\x00",  # PRODUCE acks 5
-    b"\x00\x00\x00\x09\x03\x00\x01t\x00\x00\x00\x01\x01\x02",  # PRODUCE unknown flag
+    b"\x00\x00\x00\x09\x03\x00\x01t\x00\x00\x00\x01\x01\x04",  # PRODUCE unknown flag
     b"\x00\x00\x00\x05\x03\x00\x01t\x00",  # PRODUCE too short
     b"\x00\x00\x00\x02\x04\x00",  # PRODUCE_REPLY too short
     b"\x00\x00\x00\x26\x04" + b"\x00" + b"\xff" * 32 + b"\x00\x03ab",  # message length 3, 2 bytes

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable
 
 from bayou.broker.cluster.context import REPLICATION, ClusterContext
@@ -200,12 +201,15 @@ class FollowerFetcher:
     def _copy(part: Partition, data: bytes) -> None:
         """Append the leader's batches at their own offsets (skipping any we already hold)."""
         assert part.epochs is not None
+        now_ms = int(time.time() * 1000)
         for pos, h in iter_batches(data):
             if h.next_offset <= part.log.next_offset:
                 continue
             batch = data[pos : pos + h.size]
             part.epochs.assign(h.leader_epoch, h.base_offset)
             part.log.append(batch, at_offset=h.base_offset)
+            if h.transactional:  # an abort marker goes into the aborted index, as at the leader
+                part.copied_txns.copied(part.log, data, pos, h, now_ms)
         if part.log.config.fsync.mode == "always":
             part.log.sync_to(part.log.next_offset)
 
