@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 
@@ -82,8 +82,10 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         f.result(30)
 
 
-def produce(bootstrap: str, topic: str, messages: int, size: int) -> float:
-    """msg/s of a confluent-kafka producer: linger 5 ms, batches up to 1,000 messages."""
+def produce(bootstrap: str, topic: str, messages: int, size: int, batch_api: bool = False) -> float:
+    """msg/s of a confluent-kafka producer: linger 5 ms, batches up to 1,000 messages; handed
+    the messages one ``produce()`` call each, or (``batch_api``) 1,000 per ``produce_batch()``
+    call (confluent-kafka 2.x), which takes the Python call per message out of the client."""
     # delivery reports for errors only (as kafka-producer-perf-test counts): flush() returning 0
     # says every message was acknowledged, the callback names any that failed
     failed: list[str] = []
@@ -97,16 +99,32 @@ def produce(bootstrap: str, topic: str, messages: int, size: int) -> float:
                   "queue.buffering.max.kbytes": 2_000_000, "acks": 1, "compression.type": "none",
                   "delivery.report.only.error": True, "on_delivery": report})
     value = os.urandom(size)
+    chunk = [{"value": value} for _ in range(1000)]
     t0 = time.perf_counter()
-    for i in range(messages):
-        while True:
-            try:
-                p.produce(topic, value)
-                break
-            except BufferError:
-                p.poll(0.001)
-        if i % 10_000 == 0:
-            p.poll(0)
+    if batch_api:
+        sent = 0
+        while sent < messages:
+            n = min(len(chunk), messages - sent)
+            todo = chunk[:n]
+            while todo:  # those refused for a full queue, again after a poll
+                for m in todo:
+                    m.pop("_error", None)
+                p.produce_batch(topic, todo)
+                todo = [m for m in todo if "_error" in m]
+                if any(m["_error"].code() != KafkaError._QUEUE_FULL for m in todo):
+                    raise SystemExit(f"produce_batch failed: {todo[0]['_error']}")
+                p.poll(0.001 if todo else 0)
+            sent += n
+    else:
+        for i in range(messages):
+            while True:
+                try:
+                    p.produce(topic, value)
+                    break
+                except BufferError:
+                    p.poll(0.001)
+            if i % 10_000 == 0:
+                p.poll(0)
     left = p.flush(120)
     elapsed = time.perf_counter() - t0
     if left or failed:
@@ -246,6 +264,12 @@ def bench(bootstrap: str, args: argparse.Namespace, label: str, tank_port: int |
     print(f"  producer (linger 5 ms, batches <= 1,000)   : {rate:>12,.0f} msg/s  "
           f"{rate * args.size / 1e6:7.1f} MB/s payload"
           + (f"  broker {used * per:.2f} us/msg" if pid else ""), flush=True)
+    if args.batch_api:
+        brate = produce(bootstrap, topic, args.messages, args.size, batch_api=True)
+        used, cpu = _cpu_s(pid) - cpu, _cpu_s(pid)
+        print(f"  producer, produce_batch() of 1,000         : {brate:>12,.0f} msg/s  "
+              f"{brate * args.size / 1e6:7.1f} MB/s payload"
+              + (f"  broker {used * per:.2f} us/msg" if pid else ""), flush=True)
     crate = consume(bootstrap, topic, args.messages)
     used, cpu = _cpu_s(pid) - cpu, _cpu_s(pid)
     print(f"  consumer (from the start)                  : {crate:>12,.0f} msg/s"
@@ -287,6 +311,8 @@ def main() -> None:
     ap.add_argument("--latency-rate", type=int, default=10_000, help="msg/s of the latency run")
     ap.add_argument("--latency-seconds", type=float, default=5.0, help="0 skips the latency run")
     ap.add_argument("--no-tank", action="store_true", help="skip the TANK path's produce figure")
+    ap.add_argument("--batch-api", action="store_true",
+                    help="also run the producer through produce_batch() (1,000 messages a call)")
     ap.add_argument("--peer", metavar="HOST:PORT", help="also run against this Kafka-API broker")
     args = ap.parse_args()
     print(f"Kafka front end benchmark: {args.messages:,} messages of {args.size} B, {args.partitions} "
