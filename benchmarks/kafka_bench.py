@@ -264,8 +264,9 @@ def bench(bootstrap: str, args: argparse.Namespace, label: str, tank_port: int |
     print(f"  producer (linger 5 ms, batches <= 1,000)   : {rate:>12,.0f} msg/s  "
           f"{rate * args.size / 1e6:7.1f} MB/s payload"
           + (f"  broker {used * per:.2f} us/msg" if pid else ""), flush=True)
-    if args.batch_api:
-        brate = produce(bootstrap, topic, args.messages, args.size, batch_api=True)
+    if args.batch_api:  # into a topic of its own: the consumers below read the first one
+        _create_topic(bootstrap, f"{topic}-b", args.partitions)
+        brate = produce(bootstrap, f"{topic}-b", args.messages, args.size, batch_api=True)
         used, cpu = _cpu_s(pid) - cpu, _cpu_s(pid)
         print(f"  producer, produce_batch() of 1,000         : {brate:>12,.0f} msg/s  "
               f"{brate * args.size / 1e6:7.1f} MB/s payload"
