@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from bayou.protocols.kafka.codes import ApiKey
 from bayou.storage.txnindex import AbortedIndex, AbortedTxn
 from support.cluster import Cluster
-from support.kafka import KafkaConn, read_values
+from support.kafka import KafkaConn, fetch_part, produce, read_values, stored, txn_batch
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is a dev dependency")
 
@@ -271,3 +271,67 @@ def test_a_fenced_producer_is_refused_by_the_partition_leaders(cluster: Cluster)
         assert read(c, topic, 2) == got
     finally:
         c.close()
+
+
+async def _refusals(cluster: Cluster, topic: str, tx: str, coordinator: int) -> None:
+    leader = cluster.leader(topic, 0)
+    other = next(i for i in cluster.live() if i != coordinator)
+    at = {i: await KafkaConn.open(cluster.brokers[i].port) for i in cluster.live()}
+    try:
+        elsewhere = await at[other].call(ApiKey.INIT_PRODUCER_ID, transactional_id=tx,
+                                         transaction_timeout=60000, producer_id=-1, producer_epoch=-1)
+        assert elsewhere.error_code == ErrorCode.not_coordinator
+        init = await at[coordinator].call(ApiKey.INIT_PRODUCER_ID, transactional_id=tx,
+                                          transaction_timeout=60000, producer_id=-1, producer_epoch=-1)
+        assert init.error_code == ErrorCode.none
+        pid, epoch = init.producer_id, init.producer_epoch
+
+        async def add(broker_id: int) -> ErrorCode:
+            r = await at[broker_id].call(ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=tx,
+                                         v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                                         v3_and_below_topics=[{"name": topic, "partitions": [0]}])
+            return ErrorCode(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+
+        async def end(broker_id: int, commit: bool) -> ErrorCode:
+            r = await at[broker_id].call(ApiKey.END_TXN, transactional_id=tx, producer_id=pid,
+                                         producer_epoch=epoch, committed=commit)
+            return ErrorCode(r.error_code)
+
+        async def send(values: tuple[bytes, ...], e: int = epoch, txn_id: str | None = tx) -> Any:
+            return await produce(at[leader], topic, txn_batch(*values, producer_id=pid, epoch=e, sequence=0),
+                                 transactional_id=txn_id)
+
+        # the leader checks with the coordinator's state: not added yet, no such id, a stale epoch
+        assert (await send((b"x",))).error_code == ErrorCode.invalid_txn_state
+        unknown = await send((b"x",), txn_id=f"{tx}-unknown")
+        assert unknown.error_code == ErrorCode.invalid_producer_id_mapping
+        assert await add(other) == ErrorCode.not_coordinator
+        assert await add(coordinator) == ErrorCode.none
+        assert (await send((b"x",), e=epoch + 1)).error_code == ErrorCode.producer_fenced
+        assert await stored(at[leader], topic) == []
+        ok = await send((b"a", b"b"))
+        assert (ok.error_code, ok.base_offset) == (ErrorCode.none, 0)
+        part = await fetch_part(at[leader], topic, 1)
+        assert (part.high_watermark, part.last_stable_offset) == (2, 0)
+        assert await end(other, False) == ErrorCode.not_coordinator
+        assert await end(coordinator, False) == ErrorCode.none
+        assert await end(coordinator, True) == ErrorCode.invalid_txn_state
+        part = await fetch_part(at[leader], topic, 1)
+        assert (part.high_watermark, part.last_stable_offset) == (3, 3)
+        assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
+        # the aborted transaction's epoch is over: its producer's next batch is refused
+        assert (await send((b"late",))).error_code == ErrorCode.invalid_txn_state
+        assert await stored(at[leader], topic) == [b"a", b"b"]
+    finally:
+        for c in at.values():
+            await c.close()
+
+
+def test_the_transaction_apis_refuse_what_kafka_refuses_in_cluster_mode(cluster: Cluster) -> None:
+    """Raw requests: NOT_COORDINATOR away from the transactional id's coordinator; the
+    partition's leader refuses a transactional batch for a partition not added, an unknown id, a
+    stale epoch; nothing refused is stored; the abort is listed to read_committed fetches."""
+    topic = name("ktxr")
+    create_topic(cluster, topic, 1)
+    tx = name("id")
+    asyncio.run(_refusals(cluster, topic, tx, txn_coordinator(cluster, tx)))

@@ -17,11 +17,52 @@ from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
 from bayou.protocols.kafka.framing import RequestHeader
+from bayou.records.batch import Record, decode_records, encode_batch, iter_batches, refresh_crc
 from support.brokers import BrokerProcess
 
 _SIZE = struct.Struct(">i")
 KCAT = shutil.which("kcat")
 NO_KCAT = "kcat is not installed (Debian's kcat package: make test installs it)"
+
+
+async def stored(c: KafkaConn, topic: str, partition: int = 0) -> list[bytes]:
+    resp = await c.call(ApiKey.FETCH, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=1 << 20,
+                        session_epoch=-1, topics=[{"topic": topic, "partitions": [
+                            {"partition": partition, "fetch_offset": 0, "current_leader_epoch": -1,
+                             "last_fetched_epoch": -1, "log_start_offset": -1,
+                             "partition_max_bytes": 1 << 20}]}])
+    data = resp.responses[0].partitions[0].records or b""
+    return [r.value for pos, _h in iter_batches(data) for r in decode_records(data, pos)]
+
+
+def batch(*values: bytes, producer_id: int = -1, epoch: int = -1, sequence: int = -1) -> bytes:
+    return encode_batch([Record(value=v, timestamp=1) for v in values], producer_id=producer_id,
+                        producer_epoch=epoch, base_sequence=sequence)
+
+
+def txn_batch(*values: bytes, producer_id: int, epoch: int, sequence: int) -> bytes:
+    """A transactional producer's batch: attribute bit 4 set (inside the CRC)."""
+    raw = bytearray(batch(*values, producer_id=producer_id, epoch=epoch, sequence=sequence))
+    raw[22] |= 0x10
+    refresh_crc(raw)
+    return bytes(raw)
+
+
+async def fetch_part(c: KafkaConn, topic: str, isolation: int) -> Any:
+    resp = await c.call(ApiKey.FETCH, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=1 << 20,
+                        isolation_level=isolation, session_epoch=-1, topics=[{"topic": topic, "partitions": [
+                            {"partition": 0, "fetch_offset": 0, "current_leader_epoch": -1,
+                             "last_fetched_epoch": -1, "log_start_offset": -1,
+                             "partition_max_bytes": 1 << 20}]}])
+    return resp.responses[0].partitions[0]
+
+
+async def produce(c: KafkaConn, topic: str, records: bytes, partition: int = 0, acks: int = -1,
+                  transactional_id: str | None = None) -> Any:
+    resp = await c.call(ApiKey.PRODUCE, acks=acks, timeout=5000, transactional_id=transactional_id,
+                        topic_data=[{"name": topic,
+                                     "partition_data": [{"index": partition, "records": records}]}])
+    return resp.responses[0].partition_responses[0]
 
 
 def read_values(c: Any, topic: str, partitions: int = 1, until: int | None = None,
