@@ -47,18 +47,18 @@ from bayou.broker.idempotence import producer_rebuild_start
 from bayou.broker.model import Acks, ProduceResult
 from bayou.broker.partition import Partition
 from bayou.broker.persist import StateFile
-from bayou.broker.txnstate import COMMIT, TxnTable, control_batch, marker_type
+from bayou.broker.txnstate import COMMIT, TxnTable, control_batch, marker_info
 from bayou.errors import (
+    BayouError,
     ConcurrentTransactions,
     InvalidProducerIdMapping,
     InvalidRequest,
     InvalidTransactionTimeout,
     InvalidTxnState,
-    NotLeader,
     ProducerFenced,
-    ReplicationTimeout,
     StorageError,
     UnknownPartition,
+    UnknownTopic,
 )
 from bayou.records.batch import decode_header
 from bayou.records.formats import ProducerSequence
@@ -66,6 +66,7 @@ from bayou.storage.txnindex import AbortedIndex, AbortedTxn
 
 if TYPE_CHECKING:
     from bayou.broker.context import BrokerContext
+    from bayou.broker.coordination import Cluster
     from bayou.broker.produce import ProducePath, Stamp
 
 log = logging.getLogger("bayou.broker")
@@ -95,12 +96,16 @@ class TxnMeta:
     # group -> topic -> partition -> offset, committed when the transaction commits
     offsets: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
     started_ms: int = 0
+    # the how-manieth transaction of the id (its markers carry it: txnstate.control_batch)
+    sequence: int = 0
+    last_epoch: int = -1  # the epoch before the last bump: a retried InitProducerId names it (KIP-360)
     version: int = -1  # cluster mode: the ZooKeeper node's version this copy was read at (-1: none)
 
     def as_json(self) -> dict[str, Any]:
         return {"producer_id": self.producer_id, "epoch": self.epoch, "timeout_ms": self.timeout_ms,
                 "state": self.state, "partitions": sorted([t, p] for t, p in self.partitions),
-                "groups": sorted(self.groups), "offsets": self.offsets, "started_ms": self.started_ms}
+                "groups": sorted(self.groups), "offsets": self.offsets, "started_ms": self.started_ms,
+                "sequence": self.sequence, "last_epoch": self.last_epoch}
 
     @classmethod
     def from_json(cls, txn_id: str, d: dict[str, Any]) -> TxnMeta:
@@ -108,7 +113,7 @@ class TxnMeta:
                    {(str(t), int(p)) for t, p in d.get("partitions", [])}, set(d.get("groups", [])),
                    {g: {t: {int(p): int(o) for p, o in ps.items()} for t, ps in ts.items()}
                     for g, ts in d.get("offsets", {}).items()},
-                   int(d.get("started_ms", 0)))
+                   int(d.get("started_ms", 0)), int(d.get("sequence", 0)), int(d.get("last_epoch", -1)))
 
 
 def _now_ms() -> int:
@@ -146,19 +151,23 @@ class Transactions:
             k: m.as_json() for k, m in self.txns.items()}}, sort_keys=True).encode()
 
     def load(self) -> None:
+        self._take(self._stored())
+
+    def _stored(self) -> dict[str, TxnMeta]:
+        """What transactions.json holds (blocking: a worker thread's, but at start)."""
         raw = self.file.load()
         if not raw:
-            return
+            return {}
         try:
             doc = json.loads(raw)
-            for txn_id, d in doc.get("transactions", {}).items():
-                meta = TxnMeta.from_json(txn_id, d)
-                self.txns[txn_id] = meta
-                self.by_producer[meta.producer_id] = meta
-        except (ValueError, KeyError, TypeError) as exc:
+            return {txn_id: TxnMeta.from_json(txn_id, d) for txn_id, d in doc.get("transactions", {}).items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.error("transactions.json is unreadable (%s): starting without transactions", exc)
-            self.txns.clear()
-            self.by_producer.clear()
+            return {}
+
+    def _take(self, txns: dict[str, TxnMeta]) -> None:
+        self.txns = txns
+        self.by_producer = {m.producer_id: m for m in txns.values()}
 
     async def start(self) -> list[asyncio.Task[None]]:
         """Finish what was half-ended at the last stop; the expiry task to run."""
@@ -219,7 +228,13 @@ class Transactions:
         node; ConcurrentTransactions (retriable) when another broker changed it first."""
         cluster = self.ctx.cluster
         if cluster is None:
-            await self.file.save()
+            try:
+                await self.file.save()
+            except Exception:
+                # the change stays unrecorded: this copy must not keep it either (a retry that
+                # found it made would answer as if it were recorded)
+                self._take(await asyncio.get_running_loop().run_in_executor(self.ctx.io, self._stored))
+                raise
             return
         data = json.dumps(meta.as_json(), sort_keys=True).encode()
         if not await cluster.set_txn_state(meta.transactional_id, data, meta.version):
@@ -260,8 +275,8 @@ class Transactions:
                 f"transaction timeout {timeout_ms} ms is outside 1..{MAX_TIMEOUT_MS}")
         async with self._lock:
             meta = await self._meta(txn_id)
-            current = None if meta is None else (meta.producer_id, meta.epoch)
-            if meta is not None and producer_id >= 0 and (producer_id, epoch) != current:
+            if meta is not None and producer_id >= 0 and (
+                    producer_id != meta.producer_id or epoch not in (meta.epoch, meta.last_epoch)):
                 if producer_id != meta.producer_id:
                     raise InvalidProducerIdMapping(f"transactional id {txn_id!r} has another producer id")
                 raise ProducerFenced(f"epoch {epoch} of {txn_id!r} is not the current {meta.epoch}")
@@ -277,9 +292,9 @@ class Transactions:
             else:
                 self.by_producer.pop(meta.producer_id, None)
                 if meta.epoch >= MAX_EPOCH - 1:
-                    meta.producer_id, meta.epoch = self.next_producer_id(), 0
+                    meta.producer_id, meta.epoch, meta.last_epoch = self.next_producer_id(), 0, -1
                 else:
-                    meta.epoch += 1
+                    meta.epoch = self._bump(meta)
             meta.timeout_ms, meta.state, meta.started_ms = timeout_ms, EMPTY, _now_ms()
             meta.partitions, meta.groups, meta.offsets = set(), set(), {}
             self._cache(meta)
@@ -288,6 +303,8 @@ class Transactions:
 
     @staticmethod
     def _bump(meta: TxnMeta) -> int:
+        """The next epoch (kept as ``last_epoch`` the current one)."""
+        meta.last_epoch = meta.epoch
         return meta.epoch + 1 if meta.epoch < MAX_EPOCH - 1 else meta.epoch
 
     def _begin(self, meta: TxnMeta) -> None:
@@ -296,6 +313,7 @@ class Transactions:
         if meta.state != ONGOING:
             meta.state, meta.started_ms = ONGOING, _now_ms()
             meta.partitions, meta.groups, meta.offsets = set(), set(), {}
+            meta.sequence += 1
 
     async def add_partitions(self, txn_id: str, producer_id: int, epoch: int,
                              partitions: Sequence[tuple[str, int]]) -> None:
@@ -360,44 +378,61 @@ class Transactions:
         lock. A partition deleted meanwhile is skipped."""
         commit = meta.state == PREPARE_COMMIT
         for topic, p in sorted(meta.partitions):
-            await self._mark(topic, p, meta.producer_id, meta.epoch, commit)
+            await self._mark(topic, p, meta, commit)
         if commit:
             for group, topics in meta.offsets.items():
                 for topic, parts in topics.items():
-                    await self._commit_offsets(group, topic, parts)
+                    try:
+                        await self._commit_offsets(group, topic, parts)
+                    except BayouError as exc:
+                        if exc.retriable:
+                            raise ConcurrentTransactions(f"the offsets of group {group!r} are not "
+                                                         f"committed yet ({exc.message}): retry") from None
+                        log.warning("transaction %s: offsets of group %s on %s not committed: %s",
+                                    meta.transactional_id, group, topic, exc.message)
         meta.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
         meta.partitions, meta.groups, meta.offsets = set(), set(), {}
         await self._save(meta)
         log.info("transaction %s (producer %d, epoch %d) %s", meta.transactional_id, meta.producer_id,
                  meta.epoch, "committed" if commit else "aborted")
 
-    async def _mark(self, topic: str, p: int, producer_id: int, epoch: int, commit: bool) -> None:
-        """Write the marker ending the transaction on one partition. Standalone, here (a partition
-        deleted meanwhile is skipped). In cluster mode, at the partition's leader as the cluster
-        state has it (here, or forwarded), replicated to the ISR; a partition the cluster no
-        longer has is skipped, and one that cannot be marked now raises ConcurrentTransactions
-        (the transaction stays prepared: EndTxn's retry or the expiry pass writes it)."""
+    async def _mark(self, topic: str, p: int, meta: TxnMeta, commit: bool) -> None:
+        """Write the marker ending ``meta``'s transaction on one partition (a partition that
+        already has it, from an earlier try, is left as it is: ``TxnTable.duplicate``).
+        Standalone, here (a partition deleted meanwhile is skipped). In cluster mode, at the
+        partition's leader as the cluster state has it (here, or forwarded), replicated to the
+        ISR; a partition the cluster no longer has is skipped, and one that cannot be marked now
+        raises ConcurrentTransactions (the transaction stays prepared: EndTxn's retry or the
+        expiry pass writes it)."""
+        pid, epoch, sequence = meta.producer_id, meta.epoch, meta.sequence
         cluster = self.ctx.cluster
         if cluster is None:
             try:
                 part = self.ctx.partition(topic, p)
             except Exception:  # the topic or partition is gone: nothing left to mark
                 return
-            await self.write_marker(part, producer_id, epoch, commit)
+            await self.write_marker(part, pid, epoch, commit, sequence=sequence)
             return
-        snap = cluster.snapshot
-        if snap is not None and (topic, p) not in snap.states:
+        if self._gone(cluster, topic, p):
             return
         leader, _epoch = cluster.partition_leader(topic, p)
         try:
             if leader is not None and leader.broker_id == self.ctx.config.broker_id:
                 part = await self.ctx.ready_partition(topic, p)
-                await self.write_marker(part, producer_id, epoch, commit, Acks.ALL)
+                await self.write_marker(part, pid, epoch, commit, Acks.ALL, sequence)
             else:
-                await cluster.forward_marker(topic, p, control_batch(producer_id, epoch, commit, _now_ms()))
-        except (NotLeader, ReplicationTimeout, StorageError, OSError) as exc:
+                await cluster.forward_marker(topic, p, control_batch(pid, epoch, commit, _now_ms(), sequence))
+        except (BayouError, OSError) as exc:
+            if isinstance(exc, (UnknownTopic, UnknownPartition)) and self._gone(cluster, topic, p):
+                return  # deleted meanwhile
             raise ConcurrentTransactions(
                 f"the marker of {topic}/{p} is not written yet ({exc}): retry") from None
+
+    @staticmethod
+    def _gone(cluster: Cluster, topic: str, p: int) -> bool:
+        """Whether the cluster state no longer has the partition (deleted: nothing to mark)."""
+        snap = cluster.snapshot
+        return snap is not None and (topic, p) not in snap.states
 
     async def _adopt(self) -> None:
         """Cluster mode: cache the state of the ids this broker coordinates now (their coordinator
@@ -434,17 +469,20 @@ class Transactions:
             return m.state in (PREPARE_COMMIT, PREPARE_ABORT) or (
                 m.state == ONGOING and now - m.started_ms > m.timeout_ms)
 
-        for k in [k for k, m in self.txns.items() if idle(m)]:
-            async with self._lock:
-                meta = await self._meta(k)  # cluster mode: as ZooKeeper has it now
-                if meta is not None and idle(meta):
-                    await self._forget(meta)
         for cached in list(self.txns.values()):
-            if due(cached):
-                try:
+            if clustered and not self.coordinates(cached.transactional_id):
+                continue  # another broker's now (``_adopt`` drops it): only it ends it
+            try:
+                if idle(cached):
+                    async with self._lock:
+                        meta = await self._meta(cached.transactional_id)  # cluster mode: as ZooKeeper has it
+                        if meta is not None and idle(meta):
+                            await self._forget(meta)
+                elif due(cached):
                     await self._expire_one(cached, clustered, due)
-                except (ConcurrentTransactions, StorageError) as exc:  # the next pass tries again
-                    log.warning("transaction %s: %s", cached.transactional_id, exc.message)
+            except Exception as exc:  # this id on the next pass; the others now
+                log.warning("transaction %s: %s", cached.transactional_id,
+                            exc.message if isinstance(exc, BayouError) else repr(exc))
 
     async def _expire_one(self, cached: TxnMeta, clustered: bool, due: Callable[[TxnMeta], bool]) -> None:
         async with self._lock:
@@ -499,11 +537,18 @@ class Transactions:
             self._check_producer(self.by_producer.get(producer_id), producer_id, epoch, topic, partition)
         part = await self.ctx.ready_partition(topic, partition)
         table = await self.table(part)
-        if self.ctx.cluster is not None and table.verified.get(producer_id) != epoch:
+        for _try in range(3):
+            if self.ctx.cluster is None or table.verified.get(producer_id) == epoch:
+                break
+            markers = table.markers
             meta = await self._read(txn_id) if txn_id is not None else None
             self._check_producer(meta, producer_id, epoch, topic, partition)
-            table = await self.table(part)  # the same one unless the partition changed hands
-            table.verified[producer_id] = epoch
+            again = await self.table(part)  # the same one unless the partition changed hands
+            if again is table and table.markers == markers:  # no marker came while it was read
+                table.verified[producer_id] = epoch
+            table = again
+        else:
+            raise ConcurrentTransactions(f"the transaction of producer {producer_id} is ending: retry")
         table.begin(producer_id, part.log.next_offset)
         return await self.path.produce_idempotent(topic, partition, producers, build, acks)
 
@@ -518,13 +563,16 @@ class Transactions:
             raise InvalidTxnState(f"partition {topic}/{partition} is not in the producer's transaction")
 
     async def write_marker(self, part: Partition, producer_id: int, epoch: int, commit: bool,
-                           acks: Acks = Acks.LEADER) -> ProduceResult:
-        """Append the marker ending ``producer_id``'s transaction on ``part`` (this broker leads
-        it); acks=all (cluster mode) waits for the ISR after the table has it."""
+                           acks: Acks = Acks.LEADER, sequence: int = 0) -> ProduceResult:
+        """Append the marker ending ``producer_id``'s transaction ``sequence`` on ``part`` (this
+        broker leads it), unless the partition has it already; acks=all (cluster mode) waits for
+        the ISR after the table has it."""
         table = await self.table(part)
-        batch = control_batch(producer_id, epoch, commit, _now_ms())
+        if table.duplicate(producer_id, sequence):
+            return ProduceResult(part.index, -1, -1, part.high_watermark, part.log.log_start_offset)
+        batch = control_batch(producer_id, epoch, commit, _now_ms(), sequence)
         info = await self.path.append_control(part, batch, acks)
-        entry = table.end(producer_id, info.base_offset, commit)
+        entry = table.end(producer_id, info.base_offset, commit, sequence)
         if entry is not None:
             await asyncio.get_running_loop().run_in_executor(
                 self.ctx.io, AbortedIndex(part.log.dir).append, [entry])
@@ -539,9 +587,9 @@ class Transactions:
         h = decode_header(batch)
         if not (h.control and h.transactional) or h.record_count != 1:
             raise InvalidRequest("a transaction marker that is not one control record")
-        commit = marker_type(batch, 0) == COMMIT
+        kind, sequence = marker_info(batch, 0)
         part = await self.ctx.ready_partition(topic, partition)
-        return await self.write_marker(part, h.producer_id, h.producer_epoch, commit, acks)
+        return await self.write_marker(part, h.producer_id, h.producer_epoch, kind == COMMIT, acks, sequence)
 
     async def stable_offset(self, part: Partition, high_watermark: int) -> int:
         return (await self.table(part)).stable(high_watermark)

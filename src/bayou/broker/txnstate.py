@@ -34,12 +34,15 @@ _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 
 
-def control_batch(producer_id: int, epoch: int, commit: bool, timestamp_ms: int) -> bytes:
+def control_batch(producer_id: int, epoch: int, commit: bool, timestamp_ms: int, sequence: int = 0) -> bytes:
     """A transaction marker as Kafka writes it: a transactional control batch of one record, key
-    (version 0, type), value (version 0, coordinator epoch 0)."""
+    (version 0, type), value (version 0, coordinator epoch). bayou's coordinator epoch field holds
+    the transaction's sequence number (broker/transactions.py: the transactional id's how-manieth
+    transaction; 0: not known), which fences a late copy of a marker (``TxnTable.duplicate``);
+    Kafka's clients do not read it."""
     rec = Record(offset=0, timestamp=timestamp_ms,
                  key=_CONTROL_KEY.pack(0, COMMIT if commit else ABORT),
-                 value=_CONTROL_VALUE.pack(0, 0))
+                 value=_CONTROL_VALUE.pack(0, sequence))
     body = bytearray()
     encode_record(body, rec, 0, timestamp_ms)
     return assemble_batch(bytes(body), record_count=1, base_offset=0,
@@ -51,20 +54,30 @@ def control_batch(producer_id: int, epoch: int, commit: bool, timestamp_ms: int)
 def marker_type(buf: Buffer, pos: int) -> int:
     """ABORT or COMMIT, of the control batch at ``pos`` (its one record's key); CorruptRecord
     when it holds no control record."""
+    return marker_info(buf, pos)[0]
+
+
+def marker_info(buf: Buffer, pos: int) -> tuple[int, int]:
+    """(ABORT or COMMIT, the transaction's sequence number: 0 when the value does not say) of the
+    control batch at ``pos``; CorruptRecord when it holds no control record."""
     h = decode_header(buf, pos)
     body = bytes(memoryview(buf)[pos + HEADER_SIZE:pos + h.size])
     recs = decode_v2(decompress(h.compression, body) if h.compression else body, h)
     key = recs[0].key if recs else None
     if key is None or len(key) < _CONTROL_KEY.size:
         raise CorruptRecord(f"control batch at offset {h.base_offset} without a control record")
-    return int(_CONTROL_KEY.unpack_from(key)[1])
+    value = recs[0].value
+    sequence = 0
+    if value is not None and len(value) >= _CONTROL_VALUE.size:
+        sequence = max(int(_CONTROL_VALUE.unpack_from(value)[1]), 0)
+    return int(_CONTROL_KEY.unpack_from(key)[1]), sequence
 
 
 # -- a partition's transactions -------------------------------------------------------------------
 
 
 DATA, MARKER_ABORT, MARKER_COMMIT = 0, 1, 2
-TxnEvent = tuple[int, int, int]  # (producer id, DATA / MARKER_*, offset)
+TxnEvent = tuple[int, int, int, int]  # (producer id, DATA / MARKER_*, offset, marker's sequence)
 
 
 class TxnTable:
@@ -84,6 +97,8 @@ class TxnTable:
         # cluster mode: producer id -> the epoch whose open transaction the coordinator's state
         # was found to hold this partition in (broker/transactions.py); until its marker
         self.verified: dict[int, int] = {}
+        self.marker_seq: dict[int, int] = {}  # producer id -> sequence of its last marker here
+        self.markers = 0  # markers seen: a check that awaited sees whether one came meanwhile
 
     def __len__(self) -> int:
         return len(self.ongoing)
@@ -100,16 +115,17 @@ class TxnTable:
         if not h.transactional or h.producer_id < 0:
             return []
         if not h.control:
-            return [(h.base_offset, (h.producer_id, DATA, h.base_offset))]
-        kind = MARKER_COMMIT if marker_type(buf, pos) == COMMIT else MARKER_ABORT
-        return [(h.base_offset, (h.producer_id, kind, h.base_offset))]
+            return [(h.base_offset, (h.producer_id, DATA, h.base_offset, 0))]
+        marker, sequence = marker_info(buf, pos)
+        kind = MARKER_COMMIT if marker == COMMIT else MARKER_ABORT
+        return [(h.base_offset, (h.producer_id, kind, h.base_offset, sequence))]
 
     def record(self, events: Iterable[TxnEvent]) -> None:
-        for pid, kind, offset in events:
+        for pid, kind, offset, sequence in events:
             if kind == DATA:
                 self.ongoing.setdefault(pid, offset)
             else:
-                entry = self.end(pid, offset, kind == MARKER_COMMIT)
+                entry = self.end(pid, offset, kind == MARKER_COMMIT, sequence)
                 if entry is not None and entry not in self.unsaved:
                     self.unsaved.append(entry)
 
@@ -117,12 +133,20 @@ class TxnTable:
         """``producer_id`` writes at ``offset`` or later in its open transaction."""
         self.ongoing.setdefault(producer_id, offset)
 
-    def end(self, producer_id: int, marker_offset: int, commit: bool) -> AbortedTxn | None:
+    def duplicate(self, producer_id: int, sequence: int) -> bool:
+        """Whether a marker of the producer's transaction ``sequence`` ended it here already (a
+        coordinator's retry, or a late one from a broker that coordinated it before): appending it
+        again would end the producer's next transaction early."""
+        return sequence > 0 and self.marker_seq.get(producer_id, 0) >= sequence
+
+    def end(self, producer_id: int, marker_offset: int, commit: bool, sequence: int = 0) -> AbortedTxn | None:
         """The marker at ``marker_offset`` ends the producer's transaction here: the aborted entry
         to keep when it was an abort (None when already kept, or a commit)."""
         first = self.open_since(producer_id)  # else opened before the rebuild's window
         self.ongoing.pop(producer_id, None)
         self.verified.pop(producer_id, None)
+        self.marker_seq[producer_id] = max(self.marker_seq.get(producer_id, 0), sequence)
+        self.markers += 1
         self._ended[producer_id] = marker_offset + 1
         if commit or (producer_id, marker_offset) in self._known:
             return None
@@ -167,30 +191,39 @@ class CopiedTxns:
 
     def __init__(self) -> None:
         self.open: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.ended: dict[int, int] = {}  # producer id -> the offset after its last marker copied
+        # what the log held before copying began here (a restart, a truncation): read once, by
+        # the first marker of a producer not seen since
+        self.before: TxnTable | None = None
 
     def copied(self, log: PartitionLog, buf: Buffer, pos: int, h: BatchHeader, now_ms: int) -> None:
         """``h`` (the batch at ``pos`` of ``buf``) was appended to ``log``: an abort marker's entry
         is appended to the aborted index."""
         if not h.transactional or h.producer_id < 0:
             return
+        pid = h.producer_id
         if not h.control:
-            self.open.setdefault(h.producer_id, h.base_offset)
+            self.open.setdefault(pid, h.base_offset)
             return
-        first = self.open.pop(h.producer_id, None)
+        first = self.open.pop(pid, None)
+        if first is None:
+            first = self.ended.get(pid)
+        self.ended[pid] = h.base_offset + 1
         if marker_type(buf, pos) == COMMIT:
             return
         if first is None:  # opened before this broker started copying: find it in the log
-            first = self._first_offset(log, h.producer_id, h.base_offset, now_ms)
-        AbortedIndex(log.dir).append([AbortedTxn(h.base_offset, min(first, h.base_offset), h.producer_id)])
+            first = self._before(log, h.base_offset, now_ms).open_since(pid)
+        AbortedIndex(log.dir).append([AbortedTxn(h.base_offset, min(first, h.base_offset), pid)])
 
-    @staticmethod
-    def _first_offset(log: PartitionLog, producer_id: int, marker_offset: int, now_ms: int) -> int:
-        """Where ``producer_id``'s transaction ended by the marker at ``marker_offset`` began, as
-        a leader's rebuild would find it (from the same recent segments)."""
-        table = TxnTable()
-        table.scan_start = start = min(producer_rebuild_start(log, now_ms), marker_offset)
-        rebuild(table, log, start, marker_offset)
-        return table.open_since(producer_id)
+    def _before(self, log: PartitionLog, end: int, now_ms: int) -> TxnTable:
+        """The transactions of the log below ``end`` as a leader's rebuild would find them (from
+        the same recent segments), read once."""
+        if self.before is None:
+            table = TxnTable()
+            table.scan_start = start = min(producer_rebuild_start(log, now_ms), end)
+            rebuild(table, log, start, end)
+            self.before = table
+        return self.before
 
 
-__all__ = ["ABORT", "COMMIT", "CopiedTxns", "TxnTable", "control_batch", "marker_type"]
+__all__ = ["ABORT", "COMMIT", "CopiedTxns", "TxnTable", "control_batch", "marker_info", "marker_type"]

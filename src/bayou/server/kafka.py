@@ -516,7 +516,7 @@ async def init_producer_id(svc: KafkaService, req: Request, body: Any) -> Fields
             pid, epoch = await svc.broker.txn_init_producer(
                 body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000), pid, epoch)
         except BayouError as exc:
-            return {"error_code": code_of(exc), "producer_id": -1, "producer_epoch": -1}
+            return {"error_code": kafka_txn.txn_code(exc), "producer_id": -1, "producer_epoch": -1}
         return {"producer_id": pid, "producer_epoch": epoch}
     if pid >= 0 and epoch >= 0:  # KIP-360: the producer bumps its epoch and restarts at 0
         return {"producer_id": pid, "producer_epoch": (epoch + 1) % 32767}

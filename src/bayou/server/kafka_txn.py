@@ -17,12 +17,22 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from bayou.broker.groups.coordinator import RTES_POLICY
-from bayou.errors import BayouError
+from bayou.errors import BayouError, StorageError
 from bayou.protocols.kafka.codes import ApiKey
 from bayou.server.kafka_context import Fields, Handler, Request, code_of, not_coordinator
 
 if TYPE_CHECKING:
     from bayou.server.kafka import KafkaService
+
+
+def txn_code(exc: BayouError) -> ErrorCode:
+    """A transaction API's error code for ``exc``: Kafka's, but COORDINATOR_NOT_AVAILABLE for a
+    state that could not be read or written now (ZooKeeper unreachable in cluster mode), which
+    clients retry (after looking the coordinator up again); KAFKA_STORAGE_ERROR would end an
+    EndTxn for good."""
+    if isinstance(exc, StorageError):
+        return ErrorCode.coordinator_not_available
+    return code_of(exc)
 
 
 async def add_partitions_to_txn(svc: KafkaService, req: Request, body: Any) -> Fields:
@@ -47,7 +57,7 @@ async def add_partitions_to_txn(svc: KafkaService, req: Request, body: Any) -> F
                                                     body.v3_and_below_producer_epoch, wanted)
                 code = ErrorCode.none
             except BayouError as exc:
-                code = code_of(exc)
+                code = txn_code(exc)
 
     def outcome(name: str, p: int) -> ErrorCode:
         if failed and (name, p) not in failed:
@@ -68,7 +78,7 @@ async def add_offsets_to_txn(svc: KafkaService, req: Request, body: Any) -> Fiel
                                              body.producer_epoch, body.group_id)
             code = ErrorCode.none
         except BayouError as exc:
-            code = code_of(exc)
+            code = txn_code(exc)
     return {"error_code": code}
 
 
@@ -95,7 +105,7 @@ async def txn_offset_commit(svc: KafkaService, req: Request, body: Any) -> Field
                                                    body.producer_epoch, body.group_id, offsets)
                 code = ErrorCode.none
         except BayouError as exc:
-            code = code_of(exc)
+            code = txn_code(exc)
     return {"topics": [{"name": t.name, "partitions": [
         {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
         for t in body.topics]}
@@ -109,7 +119,7 @@ async def end_txn(svc: KafkaService, req: Request, body: Any) -> Fields:
                                      body.committed)
             code = ErrorCode.none
         except BayouError as exc:
-            code = code_of(exc)
+            code = txn_code(exc)
     return {"error_code": code, "producer_id": -1, "producer_epoch": -1}
 
 

@@ -41,16 +41,19 @@ class AbortedIndex:
 
     def load(self, log_start: int) -> list[AbortedTxn]:
         """Every entry whose marker is at or past ``log_start`` (retention deleted the others'
-        records). The file is rewritten without the dropped entries when there are many."""
+        records), each once (a marker indexed twice, by a follower's copy and a rebuild, is one
+        abort). The file is rewritten without the dropped entries when there are many."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return []
         whole = len(data) - len(data) % _ENTRY.size
         out = []
+        seen: set[tuple[int, int]] = set()
         for i in range(0, whole, _ENTRY.size):
             pid, first, last = _ENTRY.unpack_from(data, i)
-            if last >= log_start:
+            if last >= log_start and (pid, last) not in seen:
+                seen.add((pid, last))
                 out.append(AbortedTxn(last, first, pid))
         if whole != len(data) or len(out) * 2 < whole // _ENTRY.size:
             self.rewrite(out)
@@ -67,6 +70,14 @@ class AbortedIndex:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def truncate(self, end: int) -> None:
+        """Drop the entries whose marker is at or past ``end``: the log was cut there, and the
+        offsets will hold other records (an entry left would call some of them aborted)."""
+        entries = self.load(0)
+        kept = [e for e in entries if e.last_offset < end]
+        if len(kept) != len(entries):
+            self.rewrite(kept)
 
     def rewrite(self, entries: list[AbortedTxn]) -> None:
         atomic_write(self.path, b"".join(_ENTRY.pack(e.producer_id, e.first_offset, e.last_offset)

@@ -4,6 +4,8 @@ rebuild from the log, and readers of other protocols never seeing a marker."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -11,8 +13,9 @@ import pytest
 from bayou.broker import Broker, BrokerConfig
 from bayou.broker.idempotence import rebuild
 from bayou.broker.model import Acks
-from bayou.broker.txnstate import ABORT, COMMIT, CopiedTxns, TxnTable, control_batch, marker_type
-from bayou.errors import InvalidRequest
+from bayou.broker.partition import Partition
+from bayou.broker.txnstate import ABORT, COMMIT, CopiedTxns, TxnTable, control_batch, marker_info, marker_type
+from bayou.errors import InvalidRequest, ProducerFenced
 from bayou.records.batch import (
     ATTR_FORMAT_SHIFT,
     Record,
@@ -116,6 +119,13 @@ def test_bit_4_is_sparse_only_in_a_tank_batch() -> None:
 
 
 
+def follower_copy(log: PartitionLog, copied: CopiedTxns, batch: bytes) -> None:
+    """``batch`` appended to ``log`` as a follower's copy is (fetcher.py), then shown to ``copied``."""
+    info = log.append(bytearray(batch))
+    stored = log.read(info.base_offset, 1 << 20).data
+    copied.copied(log, stored, 0, decode_header(stored), 10_000)
+
+
 def test_a_follower_indexes_the_aborts_it_copies(tmp_path: Path) -> None:
     """CopiedTxns (cluster mode's follower copy): an abort marker copied from the leader is
     indexed with its transaction's first offset, a commit is not; a transaction opened before
@@ -124,9 +134,7 @@ def test_a_follower_indexes_the_aborts_it_copies(tmp_path: Path) -> None:
     copied = CopiedTxns()
 
     def copy(batch: bytes) -> None:
-        info = log.append(bytearray(batch))
-        stored = log.read(info.base_offset, 1 << 20).data
-        copied.copied(log, stored, 0, decode_header(stored), 10_000)
+        follower_copy(log, copied, batch)
 
     copy(txn_batch(b"a", pid=7))  # 0
     copy(encode_batch([Record(value=b"plain", timestamp=1)]))  # 1
@@ -145,17 +153,26 @@ def test_a_follower_indexes_the_aborts_it_copies(tmp_path: Path) -> None:
     assert table.unsaved == [] and table.ongoing == {}
     log.close()
 
-async def test_a_marker_from_another_coordinator_ends_the_transaction_here(tmp_path: Path) -> None:
-    """The leader's side of a forwarded marker (cluster mode's replication-link PRODUCE with the
-    transaction-marker flag, Broker.write_txn_marker): a control batch ends the producer's open
-    transaction on the partition and an abort is listed for read_committed fetches; anything but
-    one control record is refused and nothing is appended."""
+
+@contextlib.asynccontextmanager
+async def one_partition(tmp_path: Path) -> AsyncIterator[tuple[Broker, Partition, TxnTable]]:
+    """A started broker with topic ``t`` of one partition, its partition and transaction table."""
     b = Broker(BrokerConfig(data_dir=tmp_path / "d"))
     await b.start()
     try:
         await b.create_topic("t", 1)
         part = b.partition("t", 0)
-        table = await b.transactions.table(part)
+        yield b, part, await b.transactions.table(part)
+    finally:
+        await b.stop()
+
+
+async def test_a_marker_from_another_coordinator_ends_the_transaction_here(tmp_path: Path) -> None:
+    """The leader's side of a forwarded marker (cluster mode's replication-link PRODUCE with the
+    transaction-marker flag, Broker.write_txn_marker): a control batch ends the producer's open
+    transaction on the partition and an abort is listed for read_committed fetches; anything but
+    one control record is refused and nothing is appended."""
+    async with one_partition(tmp_path) as (b, part, table):
         await b.produce("t", 0, txn_batch(b"x", b"y", pid=7), create=False)
         table.begin(7, 0)
         assert await b.last_stable_offset("t", 0) == 0
@@ -168,5 +185,98 @@ async def test_a_marker_from_another_coordinator_ends_the_transaction_here(tmp_p
         assert result.base_offset == 2 and part.log.next_offset == 3
         assert await b.last_stable_offset("t", 0) == 3
         assert await b.aborted_transactions("t", 0, 0, 3) == [(7, 0)]
+
+
+def test_a_marker_carries_its_transactions_sequence_and_a_late_copy_is_a_duplicate(tmp_path: Path) -> None:
+    m = control_batch(42, 3, False, 1000, sequence=7)
+    assert marker_info(m, 0) == (ABORT, 7)
+    assert marker_info(control_batch(42, 3, True, 1000), 0) == (COMMIT, 0)  # 0: not known
+    t = TxnTable()
+    t.begin(42, 0)
+    assert not t.duplicate(42, 7)
+    t.end(42, 5, commit=True, sequence=7)
+    assert t.duplicate(42, 7) and t.duplicate(42, 6) and not t.duplicate(42, 8)
+    assert not t.duplicate(42, 0) and not t.duplicate(43, 7)
+    # the table rebuilt from the log knows it too
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    log.append(bytearray(txn_batch(b"a", pid=42)))
+    log.append(bytearray(control_batch(42, 0, True, 5, sequence=7)))
+    again = TxnTable()
+    rebuild(again, log, 0, log.next_offset)
+    assert again.duplicate(42, 7) and not again.duplicate(42, 8)
+    log.close()
+
+
+def test_the_index_keeps_each_abort_once_and_is_cut_with_the_log(tmp_path: Path) -> None:
+    index = AbortedIndex(tmp_path)
+    index.append([AbortedTxn(5, 0, 7), AbortedTxn(9, 6, 8)])
+    index.append([AbortedTxn(5, 0, 7)])  # a follower's copy, then a rebuild's
+    assert index.load(0) == [AbortedTxn(5, 0, 7), AbortedTxn(9, 6, 8)]
+    index.truncate(9)
+    assert index.load(0) == [AbortedTxn(5, 0, 7)]
+    index.truncate(100)
+    assert index.load(0) == [AbortedTxn(5, 0, 7)]
+
+
+def test_a_follower_reads_the_log_once_for_producers_it_has_not_seen(tmp_path: Path) -> None:
+    """After a restart, the first abort of a producer not seen since reads the log back once;
+    an abort with no record since the producer's last marker starts after that marker."""
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    log.append(bytearray(txn_batch(b"a", pid=1)))  # 0: before the restart
+    log.append(bytearray(txn_batch(b"b", pid=2)))  # 1
+    copied = CopiedTxns()
+    scans = 0
+    real = copied._before
+
+    def counted(*args: object) -> TxnTable:
+        nonlocal scans
+        scans += copied.before is None
+        return real(*args)  # type: ignore[arg-type]
+
+    copied._before = counted  # type: ignore[method-assign]
+
+    def copy(batch: bytes) -> None:
+        follower_copy(log, copied, batch)
+
+    copy(control_batch(1, 0, False, 5))  # 2: 1 aborted, from 0
+    copy(control_batch(2, 0, False, 5))  # 3: 2 aborted, from 1
+    copy(control_batch(2, 0, False, 5))  # 4: 2 again with nothing since: from 4
+    assert scans == 1
+    assert AbortedIndex(log.dir).load(0) == [AbortedTxn(2, 0, 1), AbortedTxn(3, 1, 2), AbortedTxn(4, 4, 2)]
+    log.close()
+
+
+async def test_a_marker_already_written_is_not_written_again(tmp_path: Path) -> None:
+    """A coordinator's retry (or a late marker from a broker that coordinated the transaction
+    before) of a marker the partition has: nothing appended, and the producer's next transaction
+    stays open."""
+    async with one_partition(tmp_path) as (b, part, table):
+        await b.produce("t", 0, txn_batch(b"x", pid=7), create=False)
+        table.begin(7, 0)
+        first = await b.write_txn_marker("t", 0, control_batch(7, 0, True, 5, sequence=3), Acks.LEADER)
+        assert first.base_offset == 1
+        await b.produce("t", 0, txn_batch(b"next", pid=7, seq=1), create=False)  # transaction 4
+        table.begin(7, 2)
+        late = await b.write_txn_marker("t", 0, control_batch(7, 0, True, 5, sequence=3), Acks.LEADER)
+        assert late.base_offset == -1 and part.log.next_offset == 3
+        assert await b.last_stable_offset("t", 0) == 2  # transaction 4 still holds it
+
+
+async def test_a_retried_init_producer_id_may_name_the_epoch_before_the_bump(tmp_path: Path) -> None:
+    """KIP-360: a producer's InitProducerId that bumped the epoch but failed before it answered
+    (its open transaction being aborted) is retried with the epoch the producer knows."""
+    b = Broker(BrokerConfig(data_dir=tmp_path / "d"))
+    await b.start()
+    b.set_producer_ids(iter(range(1000, 2000)).__next__)
+    try:
+        await b.create_topic("t", 1)
+        pid, epoch = await b.txn_init_producer("tx", 60000)
+        await b.txn_add_partitions("tx", pid, epoch, [("t", 0)])
+        meta = b.transactions.txns["tx"]
+        meta.last_epoch, meta.epoch, meta.state = epoch, epoch + 1, "PrepareAbort"  # the failed try
+        again = await b.txn_init_producer("tx", 60000, pid, epoch)
+        assert again[0] == pid and again[1] > epoch + 1
+        with pytest.raises(ProducerFenced):
+            await b.txn_init_producer("tx", 60000, pid, epoch)  # two bumps ago: fenced
     finally:
         await b.stop()

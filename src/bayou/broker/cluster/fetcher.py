@@ -27,6 +27,7 @@ from bayou.broker.cluster.transport import (
 )
 from bayou.broker.partition import Partition
 from bayou.records.batch import iter_batches
+from bayou.storage.txnindex import AbortedIndex
 
 log = logging.getLogger("bayou.cluster")
 
@@ -191,9 +192,11 @@ class FollowerFetcher:
         if restart:
             part.log.purge(offset)
             part.epochs.truncate_from(0)
+            AbortedIndex(part.log.dir).rewrite([])
         else:
             part.log.truncate_to(offset)
             part.epochs.truncate_from(offset)
+            AbortedIndex(part.log.dir).truncate(offset)
         rs.hw = min(rs.hw, part.log.next_offset)
         part.reset_idempotence()
 
