@@ -260,6 +260,16 @@ class InvalidProducerIdMapping(BayouError):
 
 
 @_register
+class TransactionalIdLimit(BayouError):
+    """The broker (or, in cluster mode, the cluster's share of ZooKeeper a transactional id falls
+    in) already keeps ``MAX_TRANSACTIONAL_IDS``' worth of transactional ids: a new one is refused
+    until unused ones expire (a limit, so clients cannot grow the state without bound)."""
+
+    code = "TRANSACTIONAL_ID_LIMIT"
+    default_message = "the transactional id limit is reached"
+
+
+@_register
 class InvalidTransactionTimeout(BayouError):
     code = "INVALID_TRANSACTION_TIMEOUT"
     default_message = "transaction timeout above the broker's transaction.max.timeout.ms"

@@ -193,6 +193,10 @@ class Cluster(MetadataStore, Protocol):
 
     async def txn_ids(self) -> list[str]: ...
 
+    async def txn_bucket_size(self, txn_id: str) -> int:
+        """How many transactional ids are kept next to ``txn_id`` (one of 64 buckets)."""
+        ...
+
     # committed offsets, groups, shared documents and locks kept in ZooKeeper
 
     async def publish_offsets(self, group: str, topic: str, entries: dict[int, int]) -> None: ...

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bayou.broker.cluster.state import TXN_BUCKETS
 from bayou.broker.idempotence import producer_rebuild_start
 from bayou.broker.model import Acks, ProduceResult
 from bayou.broker.partition import Partition
@@ -57,6 +58,7 @@ from bayou.errors import (
     InvalidTxnState,
     ProducerFenced,
     StorageError,
+    TransactionalIdLimit,
     UnknownPartition,
     UnknownTopic,
 )
@@ -76,6 +78,8 @@ EXPIRY_CHECK_S = 1.0
 ADOPT_EVERY_S = 10.0  # cluster mode: how often the ids this broker now coordinates are looked for
 MAX_EPOCH = 32767
 ID_EXPIRY_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms default
+MAX_TRANSACTIONAL_IDS = 10_000  # kept at once (in cluster mode, a 64th of it per bucket)
+MAX_ID_CHARS = 249  # a transactional id's length, as a Kafka topic name's
 EMPTY, ONGOING = "Empty", "Ongoing"
 PREPARE_COMMIT, PREPARE_ABORT = "PrepareCommit", "PrepareAbort"
 COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
@@ -288,6 +292,7 @@ class Transactions:
                 await self._save(meta)
                 await self._complete(meta)
             if meta is None:
+                await self._check_room(txn_id)
                 meta = TxnMeta(txn_id, self.next_producer_id(), 0, timeout_ms)
             else:
                 self.by_producer.pop(meta.producer_id, None)
@@ -300,6 +305,20 @@ class Transactions:
             self._cache(meta)
             await self._save(meta)
             return meta.producer_id, meta.epoch
+
+    async def _check_room(self, txn_id: str) -> None:
+        """A new transactional id: refused past ``MAX_ID_CHARS`` or ``MAX_TRANSACTIONAL_IDS``
+        (the state a client can make the broker keep is bounded; unused ids expire)."""
+        if not 0 < len(txn_id) <= MAX_ID_CHARS:
+            raise InvalidRequest(f"a transactional id has 1 to {MAX_ID_CHARS} characters")
+        cluster = self.ctx.cluster
+        if cluster is None:
+            full = len(self.txns) >= MAX_TRANSACTIONAL_IDS
+        else:
+            full = await cluster.txn_bucket_size(txn_id) >= MAX_TRANSACTIONAL_IDS // TXN_BUCKETS
+        if full:
+            raise TransactionalIdLimit(f"{MAX_TRANSACTIONAL_IDS} transactional ids are kept already: "
+                                       f"{txn_id!r} is refused until unused ones expire")
 
     @staticmethod
     def _bump(meta: TxnMeta) -> int:
@@ -556,7 +575,9 @@ class Transactions:
     def _check_producer(meta: TxnMeta | None, producer_id: int, epoch: int, topic: str,
                         partition: int) -> None:
         if meta is None or meta.producer_id != producer_id:
-            raise InvalidProducerIdMapping(f"producer {producer_id} has no transaction")
+            raise InvalidProducerIdMapping(f"producer {producer_id} has no transaction (" + (
+                "no state for its transactional id" if meta is None
+                else f"its transactional id has producer {meta.producer_id}") + ")")
         if epoch != meta.epoch:
             raise ProducerFenced(f"producer {producer_id}: epoch {epoch}, current {meta.epoch}")
         if meta.state != ONGOING or (topic, partition) not in meta.partitions:

@@ -15,7 +15,7 @@ from bayou.broker.idempotence import rebuild
 from bayou.broker.model import Acks
 from bayou.broker.partition import Partition
 from bayou.broker.txnstate import ABORT, COMMIT, CopiedTxns, TxnTable, control_batch, marker_info, marker_type
-from bayou.errors import InvalidRequest, ProducerFenced
+from bayou.errors import InvalidRequest, ProducerFenced, TransactionalIdLimit
 from bayou.records.batch import (
     ATTR_FORMAT_SHIFT,
     Record,
@@ -280,3 +280,20 @@ async def test_a_retried_init_producer_id_may_name_the_epoch_before_the_bump(tmp
             await b.txn_init_producer("tx", 60000, pid, epoch)  # two bumps ago: fenced
     finally:
         await b.stop()
+
+
+async def test_the_transactional_ids_a_client_can_make_the_broker_keep_are_bounded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bayou.broker import transactions
+
+    monkeypatch.setattr(transactions, "MAX_TRANSACTIONAL_IDS", 2)
+    async with one_partition(tmp_path) as (b, _part, _table):
+        b.set_producer_ids(iter(range(1000, 2000)).__next__)
+        await b.txn_init_producer("a", 60000)
+        await b.txn_init_producer("b", 60000)
+        await b.txn_init_producer("a", 60000)  # an id kept already: a new epoch
+        with pytest.raises(TransactionalIdLimit):
+            await b.txn_init_producer("c", 60000)
+        with pytest.raises(InvalidRequest):
+            await b.txn_init_producer("x" * 250, 60000)
+        assert sorted(b.transactions.txns) == ["a", "b"]

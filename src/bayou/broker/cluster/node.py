@@ -356,6 +356,9 @@ class ClusterNode:
     async def txn_ids(self) -> list[str]:
         return await self.store.txn_ids()
 
+    async def txn_bucket_size(self, txn_id: str) -> int:
+        return await self.store.txn_bucket_size(txn_id)
+
     async def consumer_fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
         return await self.forwarder.consumer_fetch(topic, partition, offset, max_bytes)
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from bayou.records.hashing import fnv1a_32
+
 CLUSTER_ID = "/cluster/id"
 BROKERS = "/brokers/ids"
 CONTROLLER = "/controller"
@@ -40,8 +42,16 @@ def group_path(group: str) -> str:
     return f"{GROUPS}/{quote(group, safe='')}"
 
 
+TXN_BUCKETS = 64  # /transactions/<bucket>/<id>: no listing of one node's children grows past a bound
+
+
+def txn_bucket(txn_id: str) -> str:
+    """The node under which ``txn_id``'s state is kept (FNV-1a of the id over ``TXN_BUCKETS``)."""
+    return f"{TRANSACTIONS}/{fnv1a_32(txn_id.encode()) % TXN_BUCKETS:02x}"
+
+
 def txn_path(txn_id: str) -> str:
-    return f"{TRANSACTIONS}/{quote(txn_id, safe='')}"
+    return f"{txn_bucket(txn_id)}/{quote(txn_id, safe='')}"
 
 
 def offsets_path(group: str, topic: str) -> str:

@@ -100,6 +100,9 @@ class ZkMetadataStore:
     async def txn_ids(self) -> list[str]:
         return await self.ctx.run(self.ctx.zk.txn_ids)
 
+    async def txn_bucket_size(self, txn_id: str) -> int:
+        return await self.ctx.run(self.ctx.zk.txn_bucket_size, txn_id)
+
     async def sync_offsets(self) -> None:
         """Take every group's committed offsets from ZooKeeper (the cluster's copy wins, deletions
         included; a local commit or deletion made while the copy was being read is kept)."""

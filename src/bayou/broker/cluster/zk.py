@@ -32,6 +32,7 @@ from bayou.broker.cluster.state import (
     PARTITIONS_REMOVED,
     TOPICS,
     TRANSACTIONS,
+    TXN_BUCKETS,
     BrokerRegistration,
     PartitionState,
     TopicAssignment,
@@ -42,6 +43,7 @@ from bayou.broker.cluster.state import (
     offsets_path,
     state_path,
     topic_path,
+    txn_bucket,
     txn_path,
 )
 
@@ -519,11 +521,20 @@ class ZkCluster:
             return False
 
     def txn_ids(self) -> list[str]:
-        """Every transactional id with a state kept here."""
-        try:
-            return [unquote(c) for c in self.zk.get_children(TRANSACTIONS)]
-        except NoNodeError:
-            return []
+        """Every transactional id with a state kept here (bucket by bucket: each listing stays
+        far below ZooKeeper's 1 MB reply limit)."""
+        out: list[str] = []
+        for i in range(TXN_BUCKETS):
+            try:
+                out.extend(unquote(c) for c in self.zk.get_children(f"{TRANSACTIONS}/{i:02x}"))
+            except NoNodeError:
+                continue
+        return out
+
+    def txn_bucket_size(self, txn_id: str) -> int:
+        """How many transactional ids share ``txn_id``'s bucket."""
+        stat = self.zk.exists(txn_bucket(txn_id))
+        return 0 if stat is None else int(stat.numChildren)
 
     def merge_offsets(self, group: str, topic: str, entries: dict[int, int]) -> None:
         """Set committed offsets of ``group`` on ``topic`` (read, merge, compare-and-set)."""

@@ -342,6 +342,7 @@ ERROR_STATUS: Mapping[type[errors.BayouError], Status] = MappingProxyType({
     errors.ConcurrentTransactions: Status.ERROR,
     errors.InvalidProducerIdMapping: Status.ERROR,
     errors.InvalidTransactionTimeout: Status.ERROR,
+    errors.TransactionalIdLimit: Status.ERROR,
     errors.StorageError: Status.ERROR,
     errors.CorruptStorage: Status.CANNOT_READ_MESSAGE,
     errors.BrokerShuttingDown: Status.TRANSIENT_NOT_ACCEPTED,

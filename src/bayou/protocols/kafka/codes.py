@@ -154,6 +154,7 @@ ERROR_CODE: Mapping[type[errors.BayouError], ErrorCode] = MappingProxyType({
     errors.ConcurrentTransactions: ErrorCode.concurrent_transactions,  # retriable: the client retries
     errors.InvalidProducerIdMapping: ErrorCode.invalid_producer_id_mapping,
     errors.InvalidTransactionTimeout: ErrorCode.invalid_transaction_timeout,
+    errors.TransactionalIdLimit: ErrorCode.policy_violation,  # a broker-wide limit, not the request
     errors.StorageError: ErrorCode.kafka_storage_error,
     errors.CorruptStorage: ErrorCode.kafka_storage_error,  # the partition is offline until repaired
     errors.BrokerShuttingDown: ErrorCode.leader_not_available,  # retriable: the client waits
