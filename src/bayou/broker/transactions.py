@@ -537,8 +537,11 @@ class Transactions:
     def _new_table(part: Partition) -> tuple[TxnTable, int]:
         log_ = part.log
         start = producer_rebuild_start(log_, _now_ms())
-        aborted = [a for a in AbortedIndex(log_.dir).load(log_.log_start_offset)
-                   if a.last_offset < log_.next_offset]
+        index = AbortedIndex(log_.dir)
+        entries = index.load(log_.log_start_offset)
+        aborted = [a for a in entries if a.last_offset < log_.next_offset]
+        if len(aborted) != len(entries):  # the log was cut (a torn tail): so is its index
+            index.truncate(log_.next_offset)
         table = TxnTable(aborted)
         table.scan_start = start
         return table, start

@@ -297,3 +297,14 @@ async def test_the_transactional_ids_a_client_can_make_the_broker_keep_are_bound
         with pytest.raises(InvalidRequest):
             await b.txn_init_producer("x" * 250, 60000)
         assert sorted(b.transactions.txns) == ["a", "b"]
+
+
+async def test_an_index_entry_past_a_cut_log_end_is_dropped_for_good(tmp_path: Path) -> None:
+    """An abort indexed at an offset the log no longer holds (a torn tail cut at recovery) is not
+    listed, and is gone from the file: when the log grows past it again, the records there are
+    other ones."""
+    async with one_partition(tmp_path) as (b, part, _table):
+        AbortedIndex(part.log.dir).append([AbortedTxn(5, 0, 7)])
+        part.reset_idempotence()
+        assert await b.aborted_transactions("t", 0, 0, 10) == []
+        assert AbortedIndex(part.log.dir).load(0) == []
