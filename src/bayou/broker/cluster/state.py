@@ -47,7 +47,11 @@ TXN_BUCKETS = 64  # /transactions/<bucket>/<id>: no listing of one node's childr
 
 def txn_bucket(txn_id: str) -> str:
     """The node under which ``txn_id``'s state is kept (FNV-1a of the id over ``TXN_BUCKETS``)."""
-    return f"{TRANSACTIONS}/{fnv1a_32(txn_id.encode()) % TXN_BUCKETS:02x}"
+    return bucket_path(fnv1a_32(txn_id.encode()) % TXN_BUCKETS)
+
+
+def bucket_path(bucket: int) -> str:
+    return f"{TRANSACTIONS}/{bucket:02x}"
 
 
 def txn_path(txn_id: str) -> str:

@@ -31,13 +31,13 @@ from bayou.broker.cluster.state import (
     GROUPS,
     PARTITIONS_REMOVED,
     TOPICS,
-    TRANSACTIONS,
     TXN_BUCKETS,
     BrokerRegistration,
     PartitionState,
     TopicAssignment,
     assign_replicas,
     broker_path,
+    bucket_path,
     group_path,
     initial_state,
     offsets_path,
@@ -526,7 +526,7 @@ class ZkCluster:
         out: list[str] = []
         for i in range(TXN_BUCKETS):
             try:
-                out.extend(unquote(c) for c in self.zk.get_children(f"{TRANSACTIONS}/{i:02x}"))
+                out.extend(unquote(c) for c in self.zk.get_children(bucket_path(i)))
             except NoNodeError:
                 continue
         return out

@@ -105,9 +105,8 @@ TRANSACTION_APIS: frozenset[ApiKey] = frozenset({
     ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
     ApiKey.TXN_OFFSET_COMMIT,
 })
-"""The second stage of issue 17: a listener leaves these out of ApiVersions until it serves them
-(a client that sees no AddPartitionsToTxn refuses transactional use up front, which is the honest
-answer)."""
+"""Kafka's transaction APIs (server/kafka_txn.py), served standalone and in cluster mode alike;
+tests name them to build the ApiVersions of a listener that would not serve them."""
 
 SASL_APIS: frozenset[ApiKey] = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
