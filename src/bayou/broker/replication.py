@@ -38,6 +38,7 @@ class ReplicaTracker:
         self.followers: dict[int, FollowerState] = {
             r: FollowerState() for r in range(1, replication_factor)
         }
+        self.reported = False  # until a follower reports, none is in sync (the usual standalone case)
 
     def valid_replica(self, replica_id: int) -> bool:
         return 1 <= replica_id < self.replication_factor
@@ -46,6 +47,7 @@ class ReplicaTracker:
         st = self.followers[replica_id]
         st.offset = max(st.offset, min(offset, leader_last))
         st.last_seen_ms = mono_ms()
+        self.reported = True
 
     def in_sync(self, leader_last: int, now: float | None = None) -> list[int]:
         now = mono_ms() if now is None else now
@@ -60,7 +62,7 @@ class ReplicaTracker:
         return [0, *self.in_sync(leader_last)]
 
     def high_watermark(self, leader_last: int) -> int:
-        if not self.followers:  # replication factor 1: the leader's log end
+        if not self.reported:  # replication factor 1, or no follower yet: the leader's log end
             return max(leader_last, -1)
         hw = leader_last
         for r in self.in_sync(leader_last):

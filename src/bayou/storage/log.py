@@ -72,7 +72,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, and a frozen one costs 4x to build
 class AppendInfo:
     base_offset: int
     last_offset: int
@@ -81,7 +81,7 @@ class AppendInfo:
     size: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, and a frozen one costs 4x to build
 class ReadResult:
     """Whole batches, in order, starting with the batch that holds the requested offset."""
 

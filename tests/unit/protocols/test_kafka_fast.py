@@ -1,4 +1,5 @@
-"""protocols/kafka/fast.py writes the bytes kio writes, for every Produce version bayou serves."""
+"""protocols/kafka/fast.py writes the bytes kio writes, for every Produce version bayou serves, and
+reads the Produce requests kio reads."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ from kio.schema.errors import ErrorCode
 from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
-from bayou.protocols.kafka.fast import COPY_BELOW, encode_fetch_response, encode_produce_response
-from bayou.protocols.kafka.framing import RequestHeader
+from bayou.protocols.kafka.fast import (
+    COPY_BELOW,
+    decode_produce,
+    encode_fetch_response,
+    encode_produce_response,
+)
+from bayou.protocols.kafka.framing import KafkaError, RequestHeader, decode_header
 
 VERSIONS = range(SUPPORTED[ApiKey.PRODUCE].min, SUPPORTED[ApiKey.PRODUCE].max + 1)
 
@@ -108,3 +114,89 @@ def test_a_fetch_response_it_does_not_write_is_left_to_kio() -> None:
     assert encode_fetch_response(12, 1, hint) is None
     assert encode_fetch_response(12, 1, {"error_code": 1, "responses": []}) is None
     assert encode_fetch_response(13, 1, {"responses": []}) is None
+
+
+# -- Produce requests read without kio (decode_produce) ------------------------------------------
+
+produce_partition = st.fixed_dictionaries({"index": st.integers(-(1 << 31), (1 << 31) - 1),
+                                           "records": st.none() | st.binary(max_size=200)})
+produce_topics = st.lists(st.fixed_dictionaries({"name": st.text(max_size=12),
+                                                 "partition_data": st.lists(produce_partition, max_size=3)}),
+                          max_size=3)
+
+
+def produce_frame(version: int, txn: str | None, acks: int, topic_data: list[dict[str, Any]]) -> bytes:
+    """A Produce request frame (without its size) as kio writes it."""
+    header = RequestHeader(ApiKey.PRODUCE, version, 7, "client",
+                           codec.request_is_flexible(ApiKey.PRODUCE, version), 0)
+    body = build(codec.request_schema(ApiKey.PRODUCE, version), transactional_id=txn, acks=acks,
+                 timeout=1500, topic_data=topic_data)
+    return codec.encode_request(header, body)[4:]
+
+
+def kio_read(frame: bytes | bytearray) -> tuple[Any, int] | None:
+    """What kio reads from a Produce frame (body, trailing bytes), None when it refuses it."""
+    header = decode_header(frame, flexible=codec.request_is_flexible(ApiKey.PRODUCE, frame[3]))
+    try:
+        return codec._read_body(codec.request_schema(ApiKey.PRODUCE, frame[3]), frame, header.size)
+    except KafkaError:
+        return None
+
+
+def same_body(fast: Any, kio: Any) -> bool:
+    return (fast.transactional_id == kio.transactional_id and fast.acks == kio.acks
+            and fast.timeout_ms == kio.timeout.total_seconds() * 1000
+            and [(t.name, [(p.index, p.records) for p in t.partition_data]) for t in fast.topic_data]
+            == [(t.name, [(p.index, p.records) for p in t.partition_data]) for t in kio.topic_data])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@given(txn=st.none() | st.text(max_size=10), acks=st.sampled_from([-1, 0, 1, 2]), topic_data=produce_topics,
+       trailing=st.binary(max_size=3))
+def test_the_fast_produce_reader_reads_what_kio_reads(
+        version: int, txn: str | None, acks: int, topic_data: list[dict[str, Any]], trailing: bytes) -> None:
+    frame = produce_frame(version, txn, acks, topic_data) + trailing
+    header = decode_header(frame, flexible=version >= 9)
+    fast = decode_produce(frame, version, header.size)
+    kio = kio_read(frame)
+    assert fast is not None and kio is not None
+    assert same_body(fast[0], kio[0]) and fast[1] == kio[1] == len(trailing)
+    # decode_request takes this path for the request
+    req = codec.decode_request(frame)
+    assert req.body == fast[0] and req.trailing == len(trailing)
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12])
+@given(topic_data=produce_topics.filter(bool), cut=st.integers(1, 400), flips=st.lists(
+    st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=3))
+def test_a_damaged_produce_is_read_as_kio_reads_it_or_left_to_kio(
+        version: int, topic_data: list[dict[str, Any]], cut: int, flips: list[tuple[int, int]]) -> None:
+    """A frame cut short or with bytes changed: what the fast reader accepts, kio reads the same;
+    anything else it leaves to kio (None), which then answers with the error."""
+    frame = bytearray(produce_frame(version, "t-1", 1, topic_data))
+    head = decode_header(frame, flexible=version >= 9).size
+    for pos, value in flips:
+        if head <= pos < len(frame):
+            frame[pos] = value
+    frame = frame[:max(head, len(frame) - cut)] if cut % 2 else frame
+    fast = decode_produce(frame, version, head)
+    if fast is not None:
+        kio = kio_read(bytes(frame))  # kio reads read-only buffers (frames are bytes)
+        assert kio is not None and same_body(fast[0], kio[0]) and fast[1] == kio[1]
+
+
+def test_unusual_produce_bodies_are_left_to_kio() -> None:
+    ok = produce_frame(9, None, 1, [{"name": "t", "partition_data": [{"index": 0, "records": b"x"}]}])
+    head = decode_header(ok, flexible=True).size
+    assert decode_produce(ok, 9, head) is not None
+    tagged = bytearray(ok)
+    tagged[-1] = 1  # the body's tagged-field count: a tagged field follows (cut short here)
+    assert decode_produce(tagged, 9, head) is None
+    assert decode_produce(ok, 13, head) is None and decode_produce(ok, 2, head) is None
+    bad_name = produce_frame(7, None, 1, [{"name": "tt", "partition_data": []}])
+    at = bad_name.index(b"tt")
+    assert decode_produce(bad_name[:at] + b"\xff\xfe" + bad_name[at + 2:], 7,
+                          decode_header(bad_name, flexible=False).size) is None
+    null_array = bytearray(produce_frame(7, None, 1, []))
+    null_array[-4:] = b"\xff\xff\xff\xff"  # topic_data null
+    assert decode_produce(null_array, 7, decode_header(null_array, flexible=False).size) is None

@@ -119,7 +119,7 @@ class FrameReader(framing.FrameReader[bytes]):
         return SIZE_PREFIX + int(_SIZE.unpack_from(buf, 0)[0]) if len(buf) >= SIZE_PREFIX else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, and a frozen one costs 4x to build
 class RequestHeader:
     """A request header. ``size`` is how many bytes of the frame it occupies (the body follows);
     ``tagged_fields`` holds header tags (none are defined today) as (tag, raw bytes), kept so a
