@@ -96,11 +96,13 @@ class ProducePath:
             await self._await_leadership(part)
             self.ctx.check_leader(part)
             self._check_insync(part, acks)
+            defer = part.log.config.fsync.mode == "always"  # _acknowledge waits for the fsync
             if stamp is None:
-                info = part.log.append(batch, at_offset=at_offset, leader_epoch=self._epoch(part))
+                info = part.log.append(batch, at_offset=at_offset, leader_epoch=self._epoch(part),
+                                       defer=defer)
             else:
                 info = part.log.append(batch, verify_crc=False, stamp=stamp, at_offset=at_offset,
-                                       leader_epoch=self._epoch(part))
+                                       leader_epoch=self._epoch(part), defer=defer)
         finally:
             ordering.appended()  # appended, refused or forwarded: the next request may go on
         return await self._acknowledge(part, info, acks)
@@ -198,11 +200,12 @@ class ProducePath:
             info = None
             if any(keep):
                 batch, stamp = build(keep)
+                defer = part.log.config.fsync.mode == "always"  # _acknowledge waits for the fsync
                 if stamp is None:
-                    info = part.log.append(batch, leader_epoch=self._epoch(part))
+                    info = part.log.append(batch, leader_epoch=self._epoch(part), defer=defer)
                 else:
                     info = part.log.append(batch, verify_crc=False, stamp=stamp,
-                                           leader_epoch=self._epoch(part))
+                                           leader_epoch=self._epoch(part), defer=defer)
                 table.commit(staged)
         finally:
             ordering.appended()

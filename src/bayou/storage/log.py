@@ -215,7 +215,8 @@ class PartitionLog:
 
     def append(self, batch: bytes | bytearray, *, verify_crc: bool = True,
                stamp: Callable[[bytearray, int], None] | None = None,
-               at_offset: int | None = None, leader_epoch: int | None = None) -> AppendInfo:
+               at_offset: int | None = None, leader_epoch: int | None = None,
+               defer: bool = False) -> AppendInfo:
         """Append one batch, assigning its offsets. The batch's own base offset is overwritten.
 
         ``stamp(batch, base_offset)`` may write the assigned offsets into the records (formats that
@@ -225,7 +226,9 @@ class PartitionLog:
         below the log end raises ``OffsetOutOfRange``. Only a sparse batch (``ATTR_SPARSE``, TANK's
         sparse bundles) may leave a gap of unused offsets before it or hold fewer records than its
         offset span (``last_offset_delta + 1``). ``leader_epoch`` stamps the partition leader epoch
-        (outside the CRC), as a cluster leader does on every batch it appends.
+        (outside the CRC), as a cluster leader does on every batch it appends. ``defer`` leaves
+        the write to the next fsync (or read) of the segment (storage/segment.py): only for a
+        caller that waits for ``sync_to`` past the batch before anything depends on it.
         """
         header = decode_header(batch)
         if header.size != len(batch):
@@ -271,7 +274,7 @@ class PartitionLog:
                 header = decode_header(buf)
             placed = rebased(header, base)
             try:
-                self.active.append(buf, placed, now)
+                self.active.append(buf, placed, now, defer=defer)
             except OSError as exc:
                 self._undo_partial_write()
                 raise StorageError(f"append failed: {exc}") from exc
@@ -306,6 +309,7 @@ class PartitionLog:
             self._bases.pop()
             old.delete()
         else:
+            old.flush()  # as in ``roll``
             self._sync_after_roll(old)
         seg = Segment(self.dir, base, self.config.index_interval_bytes, self.handles)
         self.segments.append(seg)
@@ -318,6 +322,8 @@ class PartitionLog:
             old = self.active
             if old.size == 0:
                 return
+            # a crash must never find a later segment's batches without all of this one's
+            old.flush()
             seg = Segment(self.dir, old.next_offset, self.config.index_interval_bytes,
                           self.handles)
             seg.next_offset = old.next_offset

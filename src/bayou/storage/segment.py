@@ -1,4 +1,15 @@
-"""One segment: a log file of batches named by its 20-digit base offset, plus its two indexes."""
+"""One segment: a log file of batches named by its 20-digit base offset, plus its two indexes.
+
+Deferred appends (``append(..., defer=True)``): under fsync=always the produce path appends a
+batch to the segment's pending bytes instead of writing it, and the group commit's fsync, in the
+I/O pool, writes them all with one ``write`` before it fsyncs. A write to a file that an fsync is
+flushing waits for the file system (12 us on average here, against 0.8 us without an fsync
+running), and the event loop made one per request; now it makes none. Nothing is acknowledged
+before its fsync, so nothing acknowledged is ever only pending. Every other use of the file (a
+read, a write-through append, a truncation, the fsync, closing) writes the pending bytes first, so
+the file always holds the segment's batches in order, and what a reader reads is all there. The
+file may be shorter than ``size`` only by the pending bytes.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +18,7 @@ import contextlib
 import logging
 import operator
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +40,7 @@ _FIRST_SCAN = 16 * 1024  # the most a lookup reads first (four index intervals a
 _NEAR_SCAN = 1024  # ... from a batch appended lately (the offset is in it or a few batches on)
 _RECENT = 64  # batches whose positions a segment remembers beyond its index (at most twice this)
 _BASE = operator.itemgetter(0)
+MAX_PENDING = 1 << 20  # pending bytes a deferred append writes out at once rather than add to
 
 
 def segment_name(base_offset: int) -> str:
@@ -78,25 +91,42 @@ class Segment:
         # list is replaced, never cut in place, so a reader in another thread holding it stays
         # consistent (appends only add at its end).
         self._recent: list[tuple[int, int]] = []
+        # deferred appends (see the module docstring): ``_pending`` is changed, and ``size`` with
+        # it, under ``_pending_lock`` (held for an add or a swap); ``_flush_lock`` is held while
+        # they are written, so two threads' writes never interleave
+        self._pending = bytearray()
+        self._pending_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
 
     # -- appending -----------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int) -> int:
-        """Write one batch at the end; return its position."""
+    def append(self, data: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int, *,
+               defer: bool = False) -> int:
+        """Write one batch at the end (``defer``: add it to the pending bytes, see the module
+        docstring); return its position."""
         if self.damage is not None:
             raise CorruptRecord(f"{self.path} is damaged at position {self.damage[0]}: not appending")
+        if defer and len(self._pending) + header.size > MAX_PENDING:
+            defer = False
+        if not defer:
+            self.flush()
         pos = self.size
         if self._bytes_since_index >= self.index_interval_bytes or (not self.index.positions and pos == 0):
             rel = header.base_offset - self.base_offset
             self.index.append(rel, pos)
             self.time_index.maybe_append(max(self.max_timestamp, header.max_timestamp), rel)
             self._bytes_since_index = 0
-        view = memoryview(data)
-        with self.file.use() as fd:
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-        self.size += header.size
+        if defer:
+            with self._pending_lock:
+                self._pending += data
+                self.size += header.size
+        else:
+            view = memoryview(data)
+            with self.file.use() as fd:
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+            self.size += header.size
         self._bytes_since_index += header.size
         recent = self._recent
         if len(recent) >= 2 * _RECENT:
@@ -109,6 +139,33 @@ class Segment:
             self.created_ms = now_ms
         return pos
 
+    def flush(self) -> None:
+        """Write the pending bytes of deferred appends. On a failed write what was not written
+        stays pending (in front of anything appended since), and the OSError is raised."""
+        if not self._pending:
+            return
+        with self._flush_lock:
+            with self._pending_lock:
+                data, self._pending = self._pending, bytearray()
+            view = memoryview(data)
+            try:
+                with self.file.use() as fd:
+                    while view:
+                        n = os.write(fd, view)
+                        view = view[n:]
+            except BaseException:
+                with self._pending_lock:
+                    self._pending[:0] = view
+                raise
+            finally:
+                view.release()
+
+    @property
+    def written_size(self) -> int:
+        """The bytes in the file: ``size`` less the pending ones."""
+        with self._pending_lock:
+            return self.size - len(self._pending)
+
     @property
     def dirty(self) -> bool:
         return self.size > self.synced_size
@@ -119,6 +176,7 @@ class Segment:
         its load after a crash checks them against the log and rebuilds what they lack
         (``load(recover=True)``); ``sync_indexes`` then, when it is sealed or flushed."""
         size = self.size
+        self.flush()
         with self.file.use() as fd:
             os.fsync(fd)
         if indexes:
@@ -134,6 +192,7 @@ class Segment:
     def pread(self, size: int, position: int, *, nowait: bool = False) -> bytes:
         """``size`` bytes at ``position``. With ``nowait``, only from the page cache: raises
         WouldBlock instead of waiting for the disk (for reads made on the event loop)."""
+        self.flush()
         with self.file.use() as fd:
             if nowait:
                 return pread_cached(fd, size, position)
@@ -141,13 +200,17 @@ class Segment:
 
     def lease_fd(self, seconds: float) -> int:
         """The log file's descriptor, valid for ``seconds`` (zero-copy sends; see handles.py)."""
+        self.flush()
         return self.file.lease(seconds)
 
     def undo_partial_write(self) -> None:
-        """Cut bytes a failed append left past the known size."""
-        with self.file.use() as fd:
-            if os.fstat(fd).st_size != self.size:
-                os.ftruncate(fd, self.size)
+        """Cut bytes a failed append left past the known size (the pending bytes not counted:
+        they are not in the file)."""
+        with self._flush_lock:
+            written = self.written_size
+            with self.file.use() as fd:
+                if os.fstat(fd).st_size != written:
+                    os.ftruncate(fd, written)
 
     def header_at(self, position: int, *, nowait: bool = False) -> BatchHeader:
         return decode_header(self.pread(HEADER_SIZE, position, nowait=nowait))
@@ -335,6 +398,7 @@ class Segment:
         return True
 
     def truncate_to_position(self, position: int) -> None:
+        self.flush()
         self._recent = [(b, p) for b, p in self._recent if p < position]
         with self.file.use() as fd:
             os.ftruncate(fd, position)
@@ -352,7 +416,13 @@ class Segment:
         return self.file.discarded
 
     def close(self) -> None:
-        """Close for good; a reader that still holds this segment gets ValueError."""
+        """Close for good (the pending bytes written first); a reader that still holds this
+        segment gets ValueError."""
+        try:
+            self.flush()
+        except (OSError, ValueError) as exc:
+            log.error("%s: %d appended bytes could not be written at close: %s",
+                      self.path, len(self._pending), exc)
         self.file.discard()
         self.index.discard()
         self.time_index.discard()
@@ -360,6 +430,8 @@ class Segment:
     def delete(self, *, close: bool = True) -> None:
         """Remove the files. With ``close=False`` the descriptor stays open, so a reader that
         already holds this segment still reads valid (unlinked) data; close it later."""
+        with self._pending_lock:
+            self._pending = bytearray()  # its batches go with the file
         if close:
             self.close()
         else:

@@ -1,0 +1,185 @@
+"""Deferred appends (storage/segment.py): under fsync=always the produce path leaves a batch's
+write to the segment's next fsync. The file must always hold a prefix of the log's batches in
+order, every reader must see every batch, and what was fsynced must survive a crash."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bayou.errors import StorageError
+from bayou.records import Record, decode_records, encode_batch, iter_batches
+from bayou.storage import FsyncPolicy, LogConfig, PartitionLog
+from bayou.storage import segment as segment_module
+
+ALWAYS = LogConfig(fsync=FsyncPolicy.parse("always"), segment_bytes=2048, index_interval_bytes=128)
+
+
+def batch(i: int, n: int = 1) -> bytes:
+    return encode_batch([Record(f"v{i}.{j}".encode(), key=b"k", timestamp=1_000 + i) for j in range(n)])
+
+
+def values(log: PartitionLog) -> list[bytes]:
+    out: list[bytes] = []
+    offset = log.log_start_offset
+    while offset < log.next_offset:
+        res = log.read(offset, 1 << 20)
+        assert res.data, f"no progress at offset {offset}"
+        for p, _h in iter_batches(res.data):
+            out.extend(r.value or b"" for r in decode_records(res.data, p) if r.offset >= offset)
+        offset = res.next_offset
+    return out
+
+
+def on_disk(log: PartitionLog) -> int:
+    return sum(os.stat(s.path).st_size for s in log.segments)
+
+
+def test_a_deferred_append_is_written_by_the_fsync(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    for i in range(3):
+        log.append(batch(i), defer=True)
+    assert on_disk(log) == 0 and log.size_bytes > 0 and log.active.dirty
+    log.sync_to(log.next_offset)
+    assert on_disk(log) == log.size_bytes and log.durable_offset == 3 and not log.active.dirty
+    log.close()
+
+
+def test_a_read_writes_the_pending_batches_first(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    log.append(batch(0), defer=True)
+    log.append(batch(1), defer=True)
+    assert values(log) == [b"v0.0", b"v1.0"]
+    assert on_disk(log) == log.size_bytes
+    log.close()
+
+
+def test_a_write_through_append_keeps_the_order(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    log.append(batch(0), defer=True)
+    log.append(batch(1))  # not deferred: the pending batch is written before it
+    assert on_disk(log) == log.size_bytes
+    log.append(batch(2), defer=True)
+    log.close()  # close writes what is pending
+    again = PartitionLog(tmp_path / "p", ALWAYS)
+    assert values(again) == [b"v0.0", b"v1.0", b"v2.0"]
+    again.close()
+
+
+def test_pending_bytes_are_bounded(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "p", LogConfig(fsync=FsyncPolicy.parse("always")))
+    big = batch(0, 2000)
+    n = segment_module.MAX_PENDING // len(big) + 2
+    for _ in range(n):
+        log.append(big, defer=True)
+    assert log.size_bytes - on_disk(log) <= segment_module.MAX_PENDING
+    log.close()
+
+
+def test_a_roll_writes_the_sealed_segments_pending_batches(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    i = 0
+    while len(log.segments) < 3:
+        log.append(batch(i, 5), defer=True)
+        i += 1
+    for seg in log.segments[:-1]:
+        assert os.stat(seg.path).st_size == seg.size
+    log.close()
+
+
+def test_a_failed_write_leaves_the_batches_pending_and_the_file_a_prefix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    for i in range(4):
+        log.append(batch(i), defer=True)
+    real_write = os.write
+    calls = {"n": 0}
+
+    def short_then_full(fd: int, data: bytes | memoryview) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return real_write(fd, bytes(data)[:50])  # a short write, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(segment_module.os, "write", short_then_full)
+    with pytest.raises(StorageError, match="No space left"):
+        log.sync_to(log.next_offset)
+    assert log.durable_offset == 0
+    assert os.stat(log.active.path).st_size == 50 == log.active.written_size
+    with pytest.raises(StorageError, match="No space left"):
+        log.append(batch(9))  # a write-through append writes the pending bytes first: refused
+    assert log.next_offset == 4
+    monkeypatch.setattr(segment_module.os, "write", real_write)
+    log.sync_to(log.next_offset)  # the space is back: the rest is written, in order
+    assert log.durable_offset == 4 and on_disk(log) == log.size_bytes
+    log.close()
+    again = PartitionLog(tmp_path / "p", ALWAYS)
+    assert values(again) == [f"v{i}.0".encode() for i in range(4)]
+    again.close()
+
+
+def test_appends_racing_the_fsync_thread_all_land_in_order(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "p", LogConfig(fsync=FsyncPolicy.parse("always"),
+                                                 segment_bytes=1 << 16))
+    stop = threading.Event()
+
+    def fsyncs() -> None:
+        while not stop.is_set():
+            log.sync_to(log.next_offset)
+
+    t = threading.Thread(target=fsyncs)
+    t.start()
+    try:
+        for i in range(3000):
+            log.append(batch(i), defer=True)
+    finally:
+        stop.set()
+        t.join()
+    log.sync_to(log.next_offset)
+    assert values(log) == [f"v{i}.0".encode() for i in range(3000)]
+    log.close()
+
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 8), st.booleans()),
+    st.tuples(st.just("sync"), st.just(0), st.just(False)),
+    st.tuples(st.just("read"), st.just(0), st.just(False)),
+    st.tuples(st.just("truncate"), st.integers(0, 200), st.just(False)),
+), max_size=40)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=ops)
+def test_after_a_crash_the_log_is_a_prefix_holding_everything_fsynced(
+        tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, bool]]) -> None:
+    """Appends (deferred or not), fsyncs, reads and truncations in any order, then a crash (the
+    log dropped without a close: its pending bytes are lost): the reopened log holds a prefix of
+    what was appended, at least up to the durable offset."""
+    path = tmp_path_factory.mktemp("crash") / "p"
+    log = PartitionLog(path, ALWAYS)
+    expected: list[bytes] = []
+    n = 0
+    for op, arg, defer in ops:
+        if op == "append":
+            log.append(batch(n, arg), defer=defer)
+            expected.extend(f"v{n}.{j}".encode() for j in range(arg))
+            n += 1
+        elif op == "sync":
+            log.sync_to(log.next_offset)
+        elif op == "read":
+            assert values(log) == expected
+        elif op == "truncate":
+            log.truncate_to(arg)  # whole batches from the one at or after ``arg``
+            del expected[log.next_offset:]
+    durable = log.durable_offset
+    for seg in log.segments:  # the crash: nothing pending reaches the file
+        seg._pending = bytearray()
+    again = PartitionLog(path, ALWAYS)
+    got = values(again)
+    assert got == expected[:len(got)] and len(got) >= durable
+    again.close()
