@@ -33,8 +33,6 @@ from kio.static.primitive import i16
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey, VersionRange
-from bayou.protocols.kafka.fast import FIRST_FLEXIBLE as PRODUCE_FIRST_FLEXIBLE
-from bayou.protocols.kafka.fast import decode_produce
 from bayou.protocols.kafka.framing import (
     KafkaError,
     RequestHeader,
@@ -107,12 +105,6 @@ def decode_request(frame: bytes | bytearray | memoryview,
     (``reply`` holds the UNSUPPORTED_VERSION response, Kafka's fallback) and the connection stays.
     """
     api_key, api_version, correlation_id = read_fixed_header(frame)
-    if api_key == ApiKey.PRODUCE and api_version in supported.get(ApiKey.PRODUCE, ()):
-        # the request producers send most, read without kio when it has the usual shape
-        header = decode_header(frame, flexible=api_version >= PRODUCE_FIRST_FLEXIBLE)
-        fast = decode_produce(frame, api_version, header.size)
-        if fast is not None:
-            return Request(header, cast(RequestPayload, fast[0]), fast[1])
     served = supported.get(ApiKey(api_key)) if api_key in _KEYS else None
     schema = None
     if served is not None and api_version in served:
