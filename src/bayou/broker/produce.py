@@ -96,7 +96,7 @@ class ProducePath:
             await self._await_leadership(part)
             self.ctx.check_leader(part)
             self._check_insync(part, acks)
-            defer = part.log.config.fsync.mode == "always"  # _acknowledge waits for the fsync
+            defer = self._defers(part)
             if stamp is None:
                 info = part.log.append(batch, at_offset=at_offset, leader_epoch=self._epoch(part),
                                        defer=defer)
@@ -106,6 +106,12 @@ class ProducePath:
         finally:
             ordering.appended()  # appended, refused or forwarded: the next request may go on
         return await self._acknowledge(part, info, acks)
+
+    @staticmethod
+    def _defers(part: Partition) -> bool:
+        """Whether an append followed by ``_acknowledge`` may leave its write to the fsync that
+        ``_acknowledge`` waits for (fsync=always; storage/segment.py's deferred appends)."""
+        return part.log.config.fsync.mode == "always"
 
     async def _durable(self, part: Partition, end: int) -> None:
         """fsync=always: wait until the partition's log is on disk below ``end`` (the partition's
@@ -200,7 +206,7 @@ class ProducePath:
             info = None
             if any(keep):
                 batch, stamp = build(keep)
-                defer = part.log.config.fsync.mode == "always"  # _acknowledge waits for the fsync
+                defer = self._defers(part)
                 if stamp is None:
                     info = part.log.append(batch, leader_epoch=self._epoch(part), defer=defer)
                 else:
