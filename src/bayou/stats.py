@@ -77,6 +77,7 @@ class StorageStats:
     fsync_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
     group_commit_records: Histogram = field(default_factory=lambda: Histogram(BATCH_BUCKETS))
     fsync_failures: int = 0
+    dropped_appends: int = 0  # records of deferred appends undone after their write failed
 
 
 STORAGE = StorageStats()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Executor
 
+from bayou.errors import StorageError
 from bayou.storage.log import PartitionLog
 
 
@@ -24,16 +25,20 @@ class GroupCommit:
     def __init__(self, log: PartitionLog, io: Executor) -> None:
         self.log = log
         self.io = io
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._fsync: asyncio.Future[None] | None = None
 
-    async def wait(self, end: int) -> None:
+    async def wait(self, end: int, drops: int) -> None:
         """Return once every record below ``end`` is on disk; StorageError when the fsync failed
-        (nothing it covered is durable: the caller's produce fails, as before)."""
+        (nothing it covered is durable: the caller's produce fails, as before), or when appends
+        were undone since the log's ``drops`` count was ``drops`` (the caller's, read when it
+        appended, may have been among them: its offsets may now hold other records)."""
+        if self.log.drops != drops:
+            raise StorageError("the append was undone: a write to the log failed")
         if self.log.durable_offset >= end:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((end, fut))
+        self._waiters.append((end, drops, fut))
         if self._fsync is None:
             self._start()
         await fut
@@ -47,17 +52,20 @@ class GroupCommit:
     def _done(self, fut: asyncio.Future[None]) -> None:
         self._fsync = None
         exc = None if fut.cancelled() else fut.exception()
+        drops = self.log.drops
         durable = self.log.durable_offset
         left = []
-        for end, waiter in self._waiters:
+        for end, appended_at, waiter in self._waiters:
             if waiter.done():
                 continue  # its request went away
             if exc is not None:
                 waiter.set_exception(exc)
+            elif appended_at != drops:
+                waiter.set_exception(StorageError("the append was undone: a write to the log failed"))
             elif end <= durable:
                 waiter.set_result(None)
             else:
-                left.append((end, waiter))
+                left.append((end, appended_at, waiter))
         self._waiters = left
         if left:
             self._start()

@@ -49,6 +49,7 @@ class Partition:
         # fsync=always: the waiters for the log to be durable (broker/durability.py), made by the
         # first produce that waits
         self.group_commit: GroupCommit | None = None
+        self.drops_seen = 0  # the log's ``drops`` when the idempotence tables were last checked
         # Cluster mode: this broker's view of the partition's leader, epoch and ISR (None on a
         # single node, where ``replicas`` above holds the V1 protocol's reported followers).
         self.cluster: ReplicaSet | None = None

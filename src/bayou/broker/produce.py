@@ -113,13 +113,14 @@ class ProducePath:
         ``_acknowledge`` waits for (fsync=always; storage/segment.py's deferred appends)."""
         return part.log.config.fsync.mode == "always"
 
-    async def _durable(self, part: Partition, end: int) -> None:
+    async def _durable(self, part: Partition, end: int, drops: int) -> None:
         """fsync=always: wait until the partition's log is on disk below ``end`` (the partition's
-        group commit, broker/durability.py)."""
+        group commit, broker/durability.py); ``drops``: the log's count of undone appends when the
+        records were appended (StorageError if it moved on: they may have been undone)."""
         commits = part.group_commit
         if commits is None or commits.log is not part.log:
             commits = part.group_commit = GroupCommit(part.log, self.ctx.io)
-        await commits.wait(end)
+        await commits.wait(end, drops)
 
     async def _acknowledge(self, part: Partition, info: AppendInfo, acks: Acks) -> ProduceResult:
         """After an append: move the leader's high watermark, wait for what ``acks`` and the
@@ -129,7 +130,7 @@ class ProducePath:
         part.replica_state.appended(part)
         end = info.last_offset + 1
         if part.log.config.fsync.mode == "always":
-            await self._durable(part, end)
+            await self._durable(part, end, info.drops)
         part.notify()
         if acks == Acks.ALL:
             await self._await_replication(part, info.last_offset)
@@ -197,6 +198,10 @@ class ProducePath:
         may still have been waiting for their fsync)."""
         try:  # the caller's ``ordering.begin`` ends here (see produce)
             await self._await_leadership(part)
+            drops = part.log.drops
+            if drops != part.drops_seen:  # appends were undone: the tables may count them
+                part.drops_seen = drops
+                part.reset_idempotence()
             table = slot.table
             if table is None:
                 table = await self._rebuilt(part, slot, new)
@@ -219,7 +224,7 @@ class ProducePath:
             return await self._acknowledge(part, info, acks)
         end = part.log.next_offset
         if part.log.config.fsync.mode == "always" and part.log.durable_offset < end:
-            await self._durable(part, end)
+            await self._durable(part, end, drops)  # the originals were appended under ``drops``
         return ProduceResult(part.index, end, end - 1, part.high_watermark, part.log.log_start_offset)
 
     def _new_dedup_table(self, part: Partition) -> tuple[DedupTable, int]:
@@ -249,7 +254,7 @@ class ProducePath:
                             info.last_offset + 1)
         part.replica_state.appended(part)
         if part.log.config.fsync.mode == "always":
-            await self._durable(part, info.last_offset + 1)
+            await self._durable(part, info.last_offset + 1, info.drops)
         part.notify()
         return info
 

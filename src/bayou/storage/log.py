@@ -79,6 +79,8 @@ class AppendInfo:
     record_count: int
     max_timestamp: int
     size: int
+    # the log's ``drops`` when appended: a later count means a failed write may have undone it
+    drops: int = 0
 
 
 @dataclass(slots=True)  # not frozen: built per request, and a frozen one costs 4x to build
@@ -157,6 +159,9 @@ class PartitionLog:
         # quarantined, offline for appends and for reads from ``damage.offset`` on.
         self.damage: Damage | None = None
         self._truncations = 0  # changes that rewrite bytes (check_segment must not race with them)
+        # deferred appends undone after their write failed (``drop_unwritten``); a waiter for the
+        # fsync of an append made under an older count is refused (broker/durability.py)
+        self.drops = 0
         self._first_base: tuple[tuple[int, int, int], int] | None = None  # first_batch_base's
         self._load(recover)
 
@@ -251,6 +256,7 @@ class PartitionLog:
             try:
                 self._maybe_roll(header.size, now)
             except OSError as exc:  # no room for the new segment file (ENOSPC, EDQUOT)
+                self.drop_unwritten()  # the roll writes the pending bytes first
                 raise StorageError(f"cannot start a new segment: {exc}") from exc
             base = self.active.next_offset
             last = (base if at_offset is None else at_offset) + header.last_offset_delta
@@ -276,10 +282,38 @@ class PartitionLog:
             try:
                 self.active.append(buf, placed, now, defer=defer)
             except OSError as exc:
-                self._undo_partial_write()
+                if not self.drop_unwritten():  # its flush of the pending bytes failed
+                    self._undo_partial_write()
                 raise StorageError(f"append failed: {exc}") from exc
             return AppendInfo(base, placed.last_offset, header.record_count, header.max_timestamp,
-                              header.size)
+                              header.size, self.drops)
+
+    def drop_unwritten(self) -> bool:
+        """Undo the deferred appends whose write failed (ENOSPC, EIO): none of them was
+        acknowledged (that waits for the fsync, which writes them first), so, as a failed
+        write-through append, they are not kept: the active segment is cut where they begin, the
+        log ends there, and ``drops`` moves on so the waiters for their fsync are refused. Returns
+        whether anything was pending."""
+        with self._lock:
+            seg = self.active
+            first = seg.drop_pending()
+            if first is None:
+                return False
+            position, base = first
+            end = seg.next_offset
+            self._truncations += 1
+            try:
+                seg.truncate_to_position(position)
+            except (OSError, ValueError):  # the bytes stay past ``size``; recovery cuts them
+                log.exception("could not cut %s back to %d", seg.path, position)
+                seg.size = position
+            seg.next_offset = base
+            with self._sync_cond:
+                self.drops += 1
+                self._durable_offset = min(self._durable_offset, base)
+            STORAGE.dropped_appends += end - base
+            log.warning("%s: undid offsets %d..%d, whose write failed", self._label(), base, end - 1)
+            return True
 
     def _undo_partial_write(self) -> None:
         seg = self.active
@@ -367,8 +401,10 @@ class PartitionLog:
         target = self._durable_offset
         synced = False
         started = time.perf_counter()
+        drops = self.drops
         try:
             with self._lock:
+                drops = self.drops
                 target = self.next_offset
                 dirty = [s for s in self.segments if s.dirty]
                 active = self.segments[-1]
@@ -385,11 +421,14 @@ class PartitionLog:
             synced = True
         except OSError as exc:
             STORAGE.fsync_failures += 1
+            self.drop_unwritten()  # a failed write of deferred appends: they are not kept
             raise StorageError(f"fsync failed: {exc}") from exc
         finally:
             with self._sync_cond:
                 self._syncing = False
-                if synced:  # a failed fsync makes nothing durable; waiters retry and see the error
+                # a failed fsync makes nothing durable (waiters retry and see the error); nor does
+                # one that appends were undone under (``target`` may count them)
+                if synced and self.drops == drops:
                     if dirty and target > self._durable_offset:  # one group commit: for /metrics
                         STORAGE.fsync_seconds.observe(time.perf_counter() - started)
                         STORAGE.group_commit_records.observe(target - self._durable_offset)
@@ -397,8 +436,16 @@ class PartitionLog:
                 self._sync_cond.notify_all()
 
     def flush(self) -> None:
-        """Everything appended so far on disk, the active segment's indexes included."""
-        self.sync_to(self.next_offset)
+        """Everything appended so far on disk, the active segment's indexes included (deferred
+        appends that cannot be written are undone, ``drop_unwritten``, and the rest is made
+        durable: a full disk still lets a shutdown leave a clean log)."""
+        drops = self.drops
+        try:
+            self.sync_to(self.next_offset)
+        except StorageError:
+            if self.drops == drops:
+                raise
+            self.sync_to(self.next_offset)
         with self._lock:
             active = self.segments[-1]
         try:

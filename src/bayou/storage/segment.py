@@ -8,7 +8,9 @@ running), and the event loop made one per request; now it makes none. Nothing is
 before its fsync, so nothing acknowledged is ever only pending. Every other use of the file (a
 read, a write-through append, a truncation, the fsync, closing) writes the pending bytes first, so
 the file always holds the segment's batches in order, and what a reader reads is all there. The
-file may be shorter than ``size`` only by the pending bytes.
+file may be shorter than ``size`` only by the pending bytes. When their write fails (a full disk)
+the log undoes them (``drop_pending``, ``PartitionLog.drop_unwritten``), as it undoes a failed
+write-through append: none was acknowledged.
 """
 
 from __future__ import annotations
@@ -97,6 +99,8 @@ class Segment:
         self._pending = bytearray()
         self._pending_lock = threading.Lock()
         self._flush_lock = threading.Lock()
+        # (position, base offset) of the first batch in ``_pending``: where ``drop_pending`` cuts
+        self._pending_first: tuple[int, int] | None = None
 
     # -- appending -----------------------------------------------------------------------------
 
@@ -118,6 +122,8 @@ class Segment:
             self._bytes_since_index = 0
         if defer:
             with self._pending_lock:
+                if not self._pending:
+                    self._pending_first = (pos, header.base_offset)
                 self._pending += data
                 self.size += header.size
         else:
@@ -141,12 +147,14 @@ class Segment:
 
     def flush(self) -> None:
         """Write the pending bytes of deferred appends. On a failed write what was not written
-        stays pending (in front of anything appended since), and the OSError is raised."""
+        stays pending (in front of anything appended since), and the OSError is raised: the log
+        then undoes the appends (``drop_pending``), as it undoes a failed write-through append."""
         if not self._pending:
             return
         with self._flush_lock:
             with self._pending_lock:
                 data, self._pending = self._pending, bytearray()
+                first, self._pending_first = self._pending_first, None
             view = memoryview(data)
             try:
                 with self.file.use() as fd:
@@ -156,9 +164,24 @@ class Segment:
             except BaseException:
                 with self._pending_lock:
                     self._pending[:0] = view
+                    self._pending_first = first  # its batch may now be partly in the file
                 raise
             finally:
                 view.release()
+
+    def drop_pending(self) -> tuple[int, int] | None:
+        """Forget the pending bytes (their write failed; none was acknowledged): return the
+        position and base offset of the first batch they held (a failed write may have put part
+        of it in the file), or None when nothing is pending. The caller cuts the segment there
+        (``truncate_to_position``) and sets ``next_offset``."""
+        with self._flush_lock, self._pending_lock:
+            if not self._pending or self._pending_first is None:
+                return None
+            first = self._pending_first
+            self.size -= len(self._pending)
+            self._pending = bytearray()
+            self._pending_first = None
+            return first
 
     @property
     def written_size(self) -> int:
@@ -432,6 +455,7 @@ class Segment:
         already holds this segment still reads valid (unlinked) data; close it later."""
         with self._pending_lock:
             self._pending = bytearray()  # its batches go with the file
+            self._pending_first = None
         if close:
             self.close()
         else:

@@ -167,3 +167,40 @@ def test_the_rebuild_reads_back_to_the_expiry_and_no_further_than_its_byte_bound
         assert producer_rebuild_start(log, now, ttl_ms=0) == bases[-1]  # the active one always
     finally:
         log.close()
+
+
+async def test_a_send_undone_by_a_failed_write_is_stored_when_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fsync=always (the default) leaves an append's write to its fsync (deferred appends). When
+    that write fails the send is refused and undone, and the producer table forgets it: the
+    producer's retry of the same sequences is stored, not acknowledged as a replay of nothing."""
+    import os
+
+    from bayou.storage import segment as segment_module
+
+    def no_space(fd: int, data: bytes | memoryview) -> int:
+        raise OSError(28, "No space left on device")
+
+    b = Broker(BrokerConfig(data_dir=tmp_path / "d"))
+    await b.start()
+    try:
+        s = CursusService(b, Advertised("localhost", 9000))
+        st = ConnState()
+        await s.handle(b"\x00\x00CREATE topic=idem partitions=1 idempotent=true", st)
+        ack = await s.handle(_batch([1, 2]), st)
+        assert isinstance(ack, bytes) and ack.startswith(b'{"status":"OK"')
+        log = b.partition("idem", 0).log
+        with monkeypatch.context() as m:
+            m.setattr(segment_module.os, "write", no_space)
+            refused = await s.handle(_batch([3, 4]), st)
+        assert os.write is not no_space
+        assert isinstance(refused, bytes) and not refused.startswith(b'{"status":"OK"'), refused
+        assert log.next_offset == 2 and log.drops == 1
+        ack = await s.handle(_batch([3, 4]), st)  # the retry
+        assert isinstance(ack, bytes) and ack.startswith(b'{"status":"OK"'), ack
+        assert log.next_offset == 4
+        replay = await s.handle(_batch([3, 4]), st)  # now a replay: stored once
+        assert isinstance(replay, bytes) and replay.startswith(b'{"status":"OK"'), replay
+        assert log.next_offset == 4
+    finally:
+        await b.stop()

@@ -92,35 +92,103 @@ def test_a_roll_writes_the_sealed_segments_pending_batches(tmp_path: Path) -> No
     log.close()
 
 
-def test_a_failed_write_leaves_the_batches_pending_and_the_file_a_prefix(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    log = PartitionLog(tmp_path / "p", ALWAYS)
-    for i in range(4):
-        log.append(batch(i), defer=True)
+def _full_disk(monkeypatch: pytest.MonkeyPatch, short: int | None = None) -> None:
+    """Every write fails with ENOSPC (the first one after ``short`` bytes, if given)."""
     real_write = os.write
     calls = {"n": 0}
 
-    def short_then_full(fd: int, data: bytes | memoryview) -> int:
+    def write(fd: int, data: bytes | memoryview) -> int:
         calls["n"] += 1
-        if calls["n"] == 1:
-            return real_write(fd, bytes(data)[:50])  # a short write, then the disk is full
+        if calls["n"] == 1 and short is not None:
+            return real_write(fd, bytes(data)[:short])  # a short write, then the disk is full
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(segment_module.os, "write", short_then_full)
+    monkeypatch.setattr(segment_module.os, "write", write)
+
+
+def test_a_failed_write_undoes_the_deferred_appends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fsync's write of the pending batches fails after a short write: they are undone as a
+    failed write-through append is (none was acknowledged), the file is cut back to the last whole
+    batch written before them, and ``drops`` tells their waiters."""
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    log.append(batch(0))
+    log.append(batch(1))
+    log.sync_to(log.next_offset)
+    kept = on_disk(log)
+    for i in range(2, 6):
+        log.append(batch(i), defer=True)
+    real_write = os.write
+    _full_disk(monkeypatch, short=50)
     with pytest.raises(StorageError, match="No space left"):
         log.sync_to(log.next_offset)
-    assert log.durable_offset == 0
-    assert os.stat(log.active.path).st_size == 50 == log.active.written_size
-    with pytest.raises(StorageError, match="No space left"):
-        log.append(batch(9))  # a write-through append writes the pending bytes first: refused
-    assert log.next_offset == 4
+    assert log.next_offset == 2 and log.durable_offset == 2 and log.drops == 1
+    assert on_disk(log) == kept == log.size_bytes  # the short write's 50 bytes are cut too
     monkeypatch.setattr(segment_module.os, "write", real_write)
-    log.sync_to(log.next_offset)  # the space is back: the rest is written, in order
-    assert log.durable_offset == 4 and on_disk(log) == log.size_bytes
+    info = log.append(batch(9), defer=True)  # the offsets are used again
+    assert info.base_offset == 2 and info.drops == 1
+    log.sync_to(log.next_offset)
+    assert values(log) == [b"v0.0", b"v1.0", b"v9.0"]
     log.close()
     again = PartitionLog(tmp_path / "p", ALWAYS)
-    assert values(again) == [f"v{i}.0".encode() for i in range(4)]
+    assert values(again) == [b"v0.0", b"v1.0", b"v9.0"]
     again.close()
+
+
+def test_a_write_through_append_that_cannot_write_the_pending_batches_undoes_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    log.append(batch(0), defer=True)
+    log.append(batch(1), defer=True)
+    _full_disk(monkeypatch)
+    with pytest.raises(StorageError, match="No space left"):
+        log.append(batch(2))  # not deferred: the pending bytes are written first, and fail
+    assert log.next_offset == 0 and log.drops == 1 and log.size_bytes == 0 == on_disk(log)
+
+
+def test_a_flush_on_a_full_disk_makes_what_was_written_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shutdown's flush: the deferred appends that cannot be written are undone, and what is
+    in the file is fsynced, so the broker can still leave a clean log."""
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    log.append(batch(0))
+    log.append(batch(1), defer=True)
+    with monkeypatch.context() as m:
+        _full_disk(m)
+        log.flush()
+    assert log.next_offset == 1 == log.durable_offset and log.drops == 1
+    log.close()
+    again = PartitionLog(tmp_path / "p", ALWAYS, recover=False)
+    assert values(again) == [b"v0.0"]
+    again.close()
+
+
+def test_a_waiter_for_an_undone_append_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """broker/durability.py: a produce waiting for the fsync of an append that a failed write
+    undid gets StorageError, also when its offsets hold other records by the time it looks."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bayou.broker.durability import GroupCommit
+
+    async def scenario() -> None:
+        log = PartitionLog(tmp_path / "p", ALWAYS)
+        with ThreadPoolExecutor(2) as io:
+            commits = GroupCommit(log, io)
+            first = log.append(batch(0), defer=True)
+            real_write = os.write
+            with monkeypatch.context() as m:
+                _full_disk(m)
+                with pytest.raises(StorageError, match="No space left"):
+                    await commits.wait(first.last_offset + 1, first.drops)
+            assert os.write is real_write and log.next_offset == 0
+            again = log.append(batch(1), defer=True)  # at offset 0 again
+            with pytest.raises(StorageError, match="undone"):  # the first append's late waiter
+                await commits.wait(first.last_offset + 1, first.drops)
+            await commits.wait(again.last_offset + 1, again.drops)
+            assert values(log) == [b"v1.0"]
+        log.close()
+
+    asyncio.run(scenario())
 
 
 def test_appends_racing_the_fsync_thread_all_land_in_order(tmp_path: Path) -> None:

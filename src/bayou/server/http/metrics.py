@@ -328,6 +328,9 @@ class BrokerCollector(Collector):
         batch.add_histogram((), STORAGE.group_commit_records)
         yield batch
         yield _counter("bayou_log_fsync_failures", "fsyncs that failed.", STORAGE.fsync_failures)
+        yield _counter("bayou_log_dropped_appends",
+                       "Records of unacknowledged appends undone after their write failed.",
+                       STORAGE.dropped_appends)
 
 
 def _cluster(node: ClusterNode) -> Iterator[Family]:
