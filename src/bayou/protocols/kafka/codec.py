@@ -19,6 +19,7 @@ import functools
 import importlib
 import io
 import struct
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -32,6 +33,7 @@ from kio.serial.errors import SerialError
 from kio.static.primitive import i16
 from kio.static.protocol import RequestPayload, ResponsePayload
 
+from bayou.protocols.kafka import fast
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey, VersionRange
 from bayou.protocols.kafka.framing import (
     KafkaError,
@@ -105,6 +107,13 @@ def decode_request(frame: bytes | bytearray | memoryview,
     (``reply`` holds the UNSUPPORTED_VERSION response, Kafka's fallback) and the connection stays.
     """
     api_key, api_version, correlation_id = read_fixed_header(frame)
+    if api_key == ApiKey.PRODUCE and api_version in supported.get(ApiKey.PRODUCE, ()):
+        # the request producers send most, read without kio when it has the usual shape
+        # (fast.decode_produce; ``kio_body`` turns its body into kio's)
+        header = decode_header(frame, flexible=api_version >= fast.FIRST_FLEXIBLE)
+        read = fast.decode_produce(frame, api_version, header.size)
+        if read is not None:
+            return Request(header, cast(RequestPayload, read[0]), read[1])
     served = supported.get(ApiKey(api_key)) if api_key in _KEYS else None
     schema = None
     if served is not None and api_version in served:
@@ -143,8 +152,26 @@ def _read_body(schema: Any, frame: bytes | bytearray | memoryview, pos: int) -> 
     return body, len(frame) - end
 
 
+def kio_body(header: RequestHeader, body: Any) -> RequestPayload:
+    """``body`` as kio's entity: a Produce body read by ``fast.decode_produce`` becomes kio's
+    ProduceRequest of the header's version (same fields; the timeout a timedelta), anything else
+    is kio's already."""
+    if not isinstance(body, fast.ProduceRequest):
+        return cast(RequestPayload, body)
+    schema: Any = request_schema(ApiKey.PRODUCE, header.api_version)
+    module = sys.modules[schema.__module__]
+    topics = tuple(module.TopicProduceData(
+        name=t.name, partition_data=tuple(module.PartitionProduceData(index=p.index, records=p.records)
+                                          for p in t.partition_data)) for t in body.topic_data)
+    timeout = datetime.timedelta(milliseconds=body.timeout_ms)
+    return cast(RequestPayload, schema(transactional_id=body.transactional_id, acks=body.acks,
+                                       timeout=timeout, topic_data=topics))
+
+
 def encode_request(header: RequestHeader, body: RequestPayload) -> bytes:
-    """A whole request frame with its size prefix: what a client sends (tests, tools)."""
+    """A whole request frame with its size prefix: what a client sends (tests, tools). A body
+    read by ``decode_request`` is written back as it was read (``kio_body``)."""
+    body = kio_body(header, body)
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
     out.write(encode_header(header))

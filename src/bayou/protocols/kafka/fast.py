@@ -24,8 +24,8 @@ Produce *requests* (v3-12) are read directly too (``decode_produce``): transacti
 string, acks i16, timeout_ms i32, topic_data [name, partition_data [index i32, records nullable
 bytes, tagged fields (v9+)], tagged fields (v9+)], tagged fields (v9+). kio's schema walk and
 reader cost 4 us of a one-message Produce's 35; this costs 2. Anything unusual is left to kio.
-Not yet called by ``codec.decode_request``: the conformance and fuzz suites re-encode decoded
-bodies with kio's writer, and must compare these fields instead before it is.
+``codec.decode_request`` calls it for every served Produce version; ``codec.kio_body`` turns
+its body into kio's (``encode_request`` does, to write a decoded request back).
 """
 
 from __future__ import annotations
