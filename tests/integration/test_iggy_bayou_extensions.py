@@ -23,6 +23,7 @@ import pytest
 from bayou.broker import Broker, BrokerConfig
 from bayou.protocols.cursus.batch import decode_head, decode_messages
 from bayou.protocols.iggy import messages as m
+from bayou.protocols.iggy import stored as iggy_stored
 from bayou.protocols.iggy.codes import Command, Status
 from bayou.server.app import BayouServer, IggyOptions, ServerConfig
 from bayou.server.iggy import produce as iggy_produce
@@ -501,24 +502,25 @@ async def test_poll_batches_is_refused_where_iggy_has_no_such_command(env: Env) 
 
 async def test_small_legacy_sends_skip_the_column_wise_path(env: Env,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """numpy's fixed cost per send is more than the per-message path's for a few messages: a send
-    of fewer than COLUMN_WISE_FROM is decoded message by message, and stores the same frames."""
+    """numpy's fixed cost per send is more than a message-at-a-time conversion's for a few
+    messages: a send of fewer than ``stored._FEW`` is converted by ``_few_legacy``, a larger one
+    column-wise, and both store the same frames as the per-message decoding would."""
     counts: list[int] = []
-    real = iggy_produce.legacy_send_frames
+    real = iggy_stored._few_legacy
 
     def spy(payload: bytes, pos: int, count: int, **kwargs: Any) -> Any:
         counts.append(count)
         return real(payload, pos, count, **kwargs)
 
-    monkeypatch.setattr(iggy_produce, "legacy_send_frames", spy)
+    monkeypatch.setattr(iggy_stored, "_few_legacy", spy)
     conn = await env.legacy()
     await conn.call(m.CreateTopic(DEFAULT, "small", 1))
-    small, large = iggy_produce.COLUMN_WISE_FROM - 1, iggy_produce.COLUMN_WISE_FROM
+    small, large = iggy_stored._FEW - 1, iggy_stored._FEW
     sent = [(n, i + 1) for n in (1, small, large) for i in range(n)]
     for n in (1, small, large):
         batch = [m.Message(b"v-%d" % n, i + 1) for i in range(n)]
         await conn.call(send(DEFAULT_STREAM_NAME, "small", 0, batch))
-    assert counts == [large]
+    assert counts == [1, small]
     back = await polled(conn, DEFAULT, "small")
     expected = [(o, i, b"v-%d" % n) for o, (n, i) in enumerate(sent)]
     assert [(x.offset, x.id, x.payload) for x in back] == expected

@@ -83,8 +83,33 @@ def _check_sizes(payload_len: int, headers_len: int) -> None:
 # -- send: metadata shared by L and V -----------------------------------------------------------
 
 
-def read_send_metadata(payload: bytes) -> tuple[Identifier, Identifier, Partitioning, int, int]:
-    """(stream, topic, partitioning, messages_count, end of metadata) of an L/V send."""
+SendMetadata = tuple[Identifier, Identifier, Partitioning, int, int]
+_METADATA_CACHE: dict[bytes, SendMetadata] = {}
+_METADATA_CACHE_MAX = 4096  # distinct (stream, topic, partitioning, count) prefixes remembered
+
+
+def read_send_metadata(payload: bytes) -> SendMetadata:
+    """(stream, topic, partitioning, messages_count, end of metadata) of an L/V send.
+
+    A producer sends the same metadata again and again (the same bytes: stream, topic,
+    partitioning, count), so what it reads to is remembered by those bytes (4,096 at most; the
+    values are immutable), and a repeat costs a dict lookup instead of two identifiers and a
+    partitioning built field by field."""
+    if len(payload) >= 4:
+        length = int.from_bytes(payload[:4], "little")
+        key = bytes(payload[:4 + length])
+        hit = _METADATA_CACHE.get(key)
+        if hit is not None:
+            return hit
+        meta = _read_send_metadata(payload)
+        if len(_METADATA_CACHE) >= _METADATA_CACHE_MAX:
+            _METADATA_CACHE.clear()
+        _METADATA_CACHE[key] = meta
+        return meta
+    return _read_send_metadata(payload)
+
+
+def _read_send_metadata(payload: bytes) -> SendMetadata:
     r = Reader(payload)
     length = r.u32()
     if length > r.remaining:

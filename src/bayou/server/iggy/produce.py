@@ -41,9 +41,6 @@ from bayou.server.iggy.state import now_us
 from bayou.server.workers import inflate_pool, run_in
 
 MAX_ORIGIN_BASE = (1 << 63) - 1  # a send's origin timestamp (us) is kept in an int64 batch field
-# An L send of fewer messages is decoded message by message: numpy's fixed cost per send (about
-# 30 us) is more than the per-message path's for up to about 8 messages (9 us for one).
-COLUMN_WISE_FROM = 8
 
 
 class ProduceHandlers:
@@ -148,7 +145,7 @@ class ProduceHandlers:
             payload = expanded
             stream_id, topic_id, partitioning, count, pos = read_send_metadata(payload)
         fast = None
-        if partitioning.kind != m.PartitioningKind.MESSAGES_KEY and count >= COLUMN_WISE_FROM:
+        if partitioning.kind != m.PartitioningKind.MESSAGES_KEY:
             fast = legacy_send_frames(payload, pos, count, now_us=now_us())
         if fast is None:
             await self.send_decoded(s, decode_legacy_send(payload))
