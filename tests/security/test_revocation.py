@@ -59,6 +59,9 @@ async def test_deactivating_the_user_ends_its_session(server: BayouServer) -> No
 
 async def test_permissions_taken_away_apply_to_the_next_request(server: BayouServer) -> None:
     root, carol = await _user(iggy_port(server), "carol", ADMIN)
+    # granted, and kept by the session (server/iggy/context.py ``Session.granted``) until a change
+    assert (await carol.ask(send("sec", "t", 0, [b"w"]))).status == 0
+    assert (await carol.ask(m.GetUsers())).status == 0
     await root.call(m.UpdatePermissions(m.Identifier("carol"), None))
     assert (await carol.ask(send("sec", "t", 0, [b"x"]))).status == Status.UNAUTHORIZED
     assert (await carol.ask(m.CreateUser("mallory", "pw-mallory"))).status == Status.UNAUTHORIZED

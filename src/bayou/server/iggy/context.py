@@ -51,6 +51,9 @@ class Session:
     login_failures: int = 0
     token_hash: str | None = None  # the personal access token it logged in with, if any
     envelopes: bool = False  # bayou's SDK (its login version): served record envelopes
+    # (action, stream, topic) -> (authorizer epoch, user) of a permission granted to a password
+    # login: ``Context.permit``'s per-request answer until any user, permission or topic changes
+    granted: dict[tuple[str, int | None, int | None], tuple[int, User]] = field(default_factory=dict)
 
     @property
     def member(self) -> str:
@@ -92,9 +95,24 @@ class Context:
         return None
 
     def permit(self, s: Session, action: Action, stream: int | None = None, topic: int | None = None) -> None:
+        """Raise UNAUTHORIZED unless the session may do ``action``. A grant to a password login
+        is kept in the session (``granted``) while the authorizer's epoch stays (any change of
+        users, permissions or the catalog moves it, as for ``Authorizer.authorize``'s memo); a
+        token login is checked every time, since its token can expire without a change."""
+        user, authorizer = s.user, self.broker.authorizer
+        key = (action, stream, topic)
+        if user is not None and s.token_hash is None:
+            hit = s.granted.get(key)
+            if hit is not None and hit[0] == authorizer.epoch and hit[1] is user:
+                return
+        epoch = authorizer.epoch
         principal = self.principal(s)
-        if principal is None or not self.broker.authorizer.permits(principal, action, stream, topic):
+        if principal is None or not authorizer.permits(principal, action, stream, topic):
             raise IggyError(Status.UNAUTHORIZED, f"not allowed to {action}")
+        if user is not None and s.token_hash is None:
+            if len(s.granted) >= 1024:
+                s.granted.clear()
+            s.granted[key] = (epoch, user)
 
     # -- resolution ----------------------------------------------------------------------------
 
