@@ -214,8 +214,12 @@ class Segment:
 
     def pread(self, size: int, position: int, *, nowait: bool = False) -> bytes:
         """``size`` bytes at ``position``. With ``nowait``, only from the page cache: raises
-        WouldBlock instead of waiting for the disk (for reads made on the event loop)."""
-        self.flush()
+        WouldBlock instead of waiting for the disk (for reads made on the event loop). The
+        pending bytes are written first when the read reaches into them (only then: on a full
+        disk, what is in the file stays readable)."""
+        pending = self._pending
+        if pending and position + size > self.size - len(pending):
+            self.flush()
         with self.file.use() as fd:
             if nowait:
                 return pread_cached(fd, size, position)

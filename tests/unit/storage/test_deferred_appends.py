@@ -162,6 +162,22 @@ def test_a_flush_on_a_full_disk_makes_what_was_written_durable(
     again.close()
 
 
+def test_older_batches_stay_readable_while_the_pending_bytes_cannot_be_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read writes the pending bytes first only when it reaches into them: on a full disk a
+    consumer behind the tail still reads."""
+    log = PartitionLog(tmp_path / "p", LogConfig(fsync=FsyncPolicy.parse("always"), index_interval_bytes=128))
+    for i in range(10):
+        log.append(batch(i, 200))
+    log.append(batch(10), defer=True)
+    with monkeypatch.context() as m:
+        _full_disk(m)
+        res = log.read(0, 100, max_offset=400)
+        assert res.data and res.start_offset == 0
+        assert log.active.written_size < log.size_bytes  # still pending
+    log.close()
+
+
 def test_a_waiter_for_an_undone_append_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """broker/durability.py: a produce waiting for the fsync of an append that a failed write
     undid gets StorageError, also when its offsets hold other records by the time it looks."""
