@@ -304,9 +304,9 @@ class PartitionLog:
             self._truncations += 1
             try:
                 seg.truncate_to_position(position)
-            except (OSError, ValueError):  # the bytes stay past ``size``; recovery cuts them
-                log.exception("could not cut %s back to %d", seg.path, position)
+            except (OSError, ValueError) as exc:  # the file and the segment no longer agree
                 seg.size = position
+                self._quarantine(Damage(seg.path, position, base, f"undone appends could not be cut: {exc}"))
             seg.next_offset = base
             with self._sync_cond:
                 self.drops += 1
@@ -866,6 +866,7 @@ class PartitionLog:
             seg.next_offset = self._end_offset_of(seg)
             with self._sync_cond:
                 self._durable_offset = min(self._durable_offset, seg.next_offset)
+                self.drops += 1  # fsync waiters for what was cut are refused (broker/durability.py)
             self._forget_removed_damage()
 
     @staticmethod

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bayou.errors import CorruptRecord
+from bayou.errors import CorruptRecord, StorageError
 from bayou.records.batch import HEADER_SIZE, BatchHeader, decode_header
 from bayou.storage.cached import pread_cached
 from bayou.storage.handles import HandleCache, default_cache
@@ -101,6 +101,11 @@ class Segment:
         self._flush_lock = threading.Lock()
         # (position, base offset) of the first batch in ``_pending``: where ``drop_pending`` cuts
         self._pending_first: tuple[int, int] | None = None
+        # bytes known to be in the file (grows only after a write returned; set by a cut), and
+        # cuts made (truncation, undone appends): a ``sync`` racing a cut does not count bytes
+        # the cut took away as synced
+        self._in_file = self.size
+        self._cuts = 0
 
     # -- appending -----------------------------------------------------------------------------
 
@@ -128,10 +133,12 @@ class Segment:
                 self.size += header.size
         else:
             view = memoryview(data)
-            with self.file.use() as fd:
+            with self._flush_lock, self.file.use() as fd:
                 while view:
                     n = os.write(fd, view)
                     view = view[n:]
+                with self._pending_lock:  # a part written before a failure is cut (undo_partial_write)
+                    self._in_file += header.size
             self.size += header.size
         self._bytes_since_index += header.size
         recent = self._recent
@@ -149,9 +156,9 @@ class Segment:
         """Write the pending bytes of deferred appends. On a failed write what was not written
         stays pending (in front of anything appended since), and the OSError is raised: the log
         then undoes the appends (``drop_pending``), as it undoes a failed write-through append."""
-        if not self._pending:
-            return
-        with self._flush_lock:
+        with self._flush_lock:  # also waits for another thread's write of what it took
+            if not self._pending:
+                return
             with self._pending_lock:
                 data, self._pending = self._pending, bytearray()
                 first, self._pending_first = self._pending_first, None
@@ -161,6 +168,8 @@ class Segment:
                     while view:
                         n = os.write(fd, view)
                         view = view[n:]
+                        with self._pending_lock:
+                            self._in_file += n
             except BaseException:
                 with self._pending_lock:
                     self._pending[:0] = view
@@ -185,26 +194,38 @@ class Segment:
 
     @property
     def written_size(self) -> int:
-        """The bytes in the file: ``size`` less the pending ones."""
-        with self._pending_lock:
-            return self.size - len(self._pending)
+        """The bytes known to be in the file (a failed write may have left part of a pending
+        batch there too)."""
+        return self._in_file
+
+    def _unflushed_from(self) -> int:
+        """Where bytes a read must not take without a flush begin: the first pending batch
+        (a failed write may have put part of it in the file, and undoing it cuts there), else the
+        end of what is known to be in the file (another thread may be writing past it). Read
+        without the locks; either value read stale is lower, so a read only flushes more."""
+        first = self._pending_first
+        in_file = self._in_file
+        return in_file if first is None else min(first[0], in_file)
 
     @property
     def dirty(self) -> bool:
-        return self.size > self.synced_size
+        return self.size > self.synced_size or bool(self._pending)
 
     def sync(self, *, indexes: bool = True) -> None:
-        """fsync what was written before this call (appends racing with it stay dirty), and the
+        """fsync what was appended before this call (appends racing with it stay dirty), and the
         indexes unless ``indexes`` is false: the active segment's group commits leave them, since
         its load after a crash checks them against the log and rebuilds what they lack
         (``load(recover=True)``); ``sync_indexes`` then, when it is sealed or flushed."""
-        size = self.size
-        self.flush()
+        cuts = self._cuts
+        self.flush()  # waits for a write in flight in another thread too
+        in_file = self._in_file
         with self.file.use() as fd:
             os.fsync(fd)
         if indexes:
             self.sync_indexes()
-        self.synced_size = max(self.synced_size, size)
+        with self._pending_lock:
+            if self._cuts == cuts:  # a cut meanwhile: what it kept is counted by the next sync
+                self.synced_size = max(self.synced_size, in_file)
 
     def sync_indexes(self) -> None:
         self.index.sync()
@@ -217,9 +238,8 @@ class Segment:
         WouldBlock instead of waiting for the disk (for reads made on the event loop). The
         pending bytes are written first when the read reaches into them (only then: on a full
         disk, what is in the file stays readable)."""
-        pending = self._pending
-        if pending and position + size > self.size - len(pending):
-            self.flush()
+        if position + size > self._unflushed_from():
+            self._flush_for_read()
         with self.file.use() as fd:
             if nowait:
                 return pread_cached(fd, size, position)
@@ -227,14 +247,21 @@ class Segment:
 
     def lease_fd(self, seconds: float) -> int:
         """The log file's descriptor, valid for ``seconds`` (zero-copy sends; see handles.py)."""
-        self.flush()
+        self._flush_for_read()
         return self.file.lease(seconds)
 
+    def _flush_for_read(self) -> None:
+        """``flush`` before a read; a failed write (a full disk) is the read's StorageError."""
+        try:
+            self.flush()
+        except OSError as exc:
+            raise StorageError(f"cannot write appended batches before reading them: {exc}") from exc
+
     def undo_partial_write(self) -> None:
-        """Cut bytes a failed append left past the known size (the pending bytes not counted:
-        they are not in the file)."""
+        """Cut the part of a failed write-through append that reached the file (nothing is
+        pending then: the append wrote the pending bytes first)."""
         with self._flush_lock:
-            written = self.written_size
+            written = self._in_file
             with self.file.use() as fd:
                 if os.fstat(fd).st_size != written:
                     os.ftruncate(fd, written)
@@ -427,11 +454,14 @@ class Segment:
     def truncate_to_position(self, position: int) -> None:
         self.flush()
         self._recent = [(b, p) for b, p in self._recent if p < position]
-        with self.file.use() as fd:
+        with self._flush_lock, self.file.use() as fd:
             os.ftruncate(fd, position)
             os.fsync(fd)
-        self.size = position
-        self.synced_size = min(self.synced_size, position)
+            with self._pending_lock:
+                self._in_file = position
+                self._cuts += 1
+                self.size = position
+                self.synced_size = min(self.synced_size, position)
         self.index.truncate_to_position(position)
         last_rel = self.index.rel_offsets[-1] if self.index.rel_offsets else 0
         self.time_index.truncate_to_rel_offset(last_rel + 1)

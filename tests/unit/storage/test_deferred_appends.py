@@ -4,6 +4,7 @@ order, every reader must see every batch, and what was fsynced must survive a cr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -267,3 +268,106 @@ def test_after_a_crash_the_log_is_a_prefix_holding_everything_fsynced(
     got = values(again)
     assert got == expected[:len(got)] and len(got) >= durable
     again.close()
+
+
+# -- races between a flush and the fsync, a cut, a read (found by review; each failed before) ----
+
+
+def test_an_fsync_waits_for_a_write_in_flight_in_another_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader's flush has taken the pending bytes and is writing them (and then fails) when the
+    group commit's fsync starts: the fsync must wait for that write, not find nothing pending and
+    declare the batch durable while it is in no file."""
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    info = log.append(batch(0, 5), defer=True)
+    seg = log.active
+    real_write, real_flush = os.write, segment_module.Segment.flush
+    in_write, sync_flushing = threading.Event(), threading.Event()
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        if threading.current_thread().name == "reader":
+            in_write.set()
+            sync_flushing.wait(10)  # until the fsync is in its flush (or 10 s: the test fails)
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    def flush(self: segment_module.Segment) -> None:
+        if threading.current_thread().name == "syncer":
+            sync_flushing.set()
+        real_flush(self)
+
+    monkeypatch.setattr(segment_module.os, "write", write)
+    monkeypatch.setattr(segment_module.Segment, "flush", flush)
+    failed: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            seg.pread(seg.size, 0)
+        except StorageError as exc:
+            failed.append(exc)
+
+    reader = threading.Thread(target=read, name="reader")
+    reader.start()
+    assert in_write.wait(10)
+    syncer = threading.Thread(target=log.sync_to, args=(log.next_offset,), name="syncer")
+    syncer.start()
+    syncer.join(20)
+    reader.join(20)
+    assert failed and not syncer.is_alive()
+    assert log.durable_offset == info.last_offset + 1
+    assert on_disk(log) == log.size_bytes  # durable means written: the fsync wrote it after the failure
+
+
+def test_an_fsync_racing_a_cut_does_not_count_the_cut_bytes_as_synced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An fsync in the I/O thread, a failed write-through append undoing the pending batch on the
+    loop meanwhile, then new appends: they must stay dirty, so the next fsync writes them."""
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    log.append(batch(0, 30), defer=True)
+    real_flush = segment_module.Segment.flush
+    hold, at = threading.Event(), threading.Event()
+
+    def flush(self: segment_module.Segment) -> None:
+        if threading.current_thread().name == "io" and not at.is_set():
+            at.set()
+            hold.wait(10)
+        real_flush(self)
+
+    monkeypatch.setattr(segment_module.Segment, "flush", flush)
+    def fsync() -> None:
+        with contextlib.suppress(StorageError):  # it may see the cut (then it makes nothing durable)
+            log.sync_to(log.next_offset)
+
+    io = threading.Thread(target=fsync, name="io")
+    io.start()
+    assert at.wait(10)
+    with monkeypatch.context() as m:
+        _full_disk(m)
+        with pytest.raises(StorageError):
+            log.append(batch(1))  # write-through (a control batch): undoes the pending one
+    assert log.drops == 1 and log.next_offset == 0
+    log.append(batch(2), defer=True)
+    hold.set()
+    io.join(20)
+    last = log.append(batch(3), defer=True)
+    log.sync_to(log.next_offset)
+    assert log.durable_offset == last.last_offset + 1 and on_disk(log) == log.size_bytes
+
+
+def test_batches_a_failed_write_put_in_the_file_are_not_served_before_they_are_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short write puts a whole pending batch in the file, but undoing the send cuts it: a
+    replica's read of it must flush first (and fail on the full disk), not serve it."""
+    log = PartitionLog(tmp_path / "p", LogConfig(fsync=FsyncPolicy.parse("always"), index_interval_bytes=128))
+    log.append(batch(0))
+    log.sync_to(log.next_offset)
+    a = log.append(batch(1, 400), defer=True)
+    log.append(batch(2, 50), defer=True)
+    _full_disk(monkeypatch, short=a.size + 20)
+    with pytest.raises(StorageError):  # reaches into the pending bytes: its flush fails
+        log.read(0, 1 << 20)
+    with pytest.raises(StorageError):  # the whole batch now in the file is still not served
+        log.read(a.base_offset, 100, max_offset=log.next_offset)
+    with pytest.raises(StorageError):
+        log.sync_to(log.next_offset)
+    assert log.next_offset == a.base_offset  # undone, and nobody was given it
