@@ -16,6 +16,8 @@ from concurrent.futures import Executor
 from bayou.errors import StorageError
 from bayou.storage.log import PartitionLog
 
+_UNDONE = "the append was undone: a write to the log failed"
+
 
 class GroupCommit:
     """The waiters of one partition's log for ``durable_offset`` to pass their offsets."""
@@ -34,7 +36,7 @@ class GroupCommit:
         were undone since the log's ``drops`` count was ``drops`` (the caller's, read when it
         appended, may have been among them: its offsets may now hold other records)."""
         if self.log.drops != drops:
-            raise StorageError("the append was undone: a write to the log failed")
+            raise StorageError(_UNDONE)
         if self.log.durable_offset >= end:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -61,7 +63,7 @@ class GroupCommit:
             if exc is not None:
                 waiter.set_exception(exc)
             elif appended_at != drops:
-                waiter.set_exception(StorageError("the append was undone: a write to the log failed"))
+                waiter.set_exception(StorageError(_UNDONE))
             elif end <= durable:
                 waiter.set_result(None)
             else:
