@@ -282,6 +282,12 @@ class StorageError(BayouError):
     default_message = "storage failure"
 
 
+class AppendsUndone(StorageError):
+    """The write of deferred appends failed (a full disk) and they were undone, so the log
+    could not be made durable as far as asked; what was written before them was fsynced. The
+    same wire error as StorageError (retriable): the client's retry is stored anew."""
+
+
 @_register
 class CorruptStorage(StorageError):
     """Stored data failed its check on read (batch CRC, length, offsets): the partition is

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Executor
 
-from bayou.errors import StorageError
+from bayou.errors import AppendsUndone, StorageError
 from bayou.storage.log import PartitionLog
 
 _UNDONE = "the append was undone: a write to the log failed"
@@ -32,11 +32,16 @@ class GroupCommit:
 
     async def wait(self, end: int, drops: int) -> None:
         """Return once every record below ``end`` is on disk; StorageError when the fsync failed
-        (nothing it covered is durable: the caller's produce fails, as before), or when appends
+        (nothing it covered is durable: the caller's produce fails, as before; a failed write of
+        later appends undoes them but leaves earlier waiters served), or when appends
         were undone since the log's ``drops`` count was ``drops`` (the caller's, read when it
-        appended, may have been among them: its offsets may now hold other records)."""
+        appended) from an offset below ``end``: its records may have been among them, and its
+        offsets may now hold other records. Undos that cut only above ``end`` leave it waiting."""
         if self.log.drops != drops:
-            raise StorageError(_UNDONE)
+            kept = self.log.kept(end, drops)
+            if kept is None:
+                raise StorageError(_UNDONE)
+            drops = kept
         if self.log.durable_offset >= end:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -54,20 +59,25 @@ class GroupCommit:
     def _done(self, fut: asyncio.Future[None]) -> None:
         self._fsync = None
         exc = None if fut.cancelled() else fut.exception()
-        drops = self.log.drops
-        durable = self.log.durable_offset
+        undone: StorageError = StorageError(_UNDONE)
+        if isinstance(exc, AppendsUndone):  # what was written before the undone appends is durable
+            undone, exc = exc, None
+        log = self.log
+        durable = log.durable_offset
         left = []
         for end, appended_at, waiter in self._waiters:
             if waiter.done():
                 continue  # its request went away
             if exc is not None:
                 waiter.set_exception(exc)
-            elif appended_at != drops:
-                waiter.set_exception(StorageError(_UNDONE))
+                continue
+            kept = log.kept(end, appended_at)  # the current count, or None: undone
+            if kept is None:
+                waiter.set_exception(undone)
             elif end <= durable:
                 waiter.set_result(None)
             else:
-                left.append((end, appended_at, waiter))
+                left.append((end, kept, waiter))
         self._waiters = left
         if left:
             self._start()

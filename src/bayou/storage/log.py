@@ -11,12 +11,14 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from bayou.errors import (
+    AppendsUndone,
     CorruptRecord,
     CorruptStorage,
     OffsetOutOfRange,
@@ -44,10 +46,11 @@ from bayou.storage.config import LogConfig
 from bayou.storage.fsutil import fsync_dir
 from bayou.storage.handles import HandleCache, default_cache
 from bayou.storage.integrity import Damage, first_bad_batch
-from bayou.storage.segment import LOG_SUFFIX, Segment
+from bayou.storage.segment import LOG_SUFFIX, PendingWriteFailed, Segment
 
 READ_CHUNK = 256 * 1024  # first read of a record-limited fetch
 NOWAIT_MAX_BATCHES = 64  # the most batches a locate on the event loop walks (locate(nowait=True))
+_CUTS_KEPT = 64  # the latest undos remembered for ``kept`` (a waiter from before older ones is refused)
 
 log = logging.getLogger("bayou.storage")
 
@@ -162,6 +165,9 @@ class PartitionLog:
         # deferred appends undone after their write failed (``drop_unwritten``); a waiter for the
         # fsync of an append made under an older count is refused (broker/durability.py)
         self.drops = 0
+        # the first offset each of the latest undos cut, with the ``drops`` count it made: a
+        # waiter whose records all lie below every cut since its append is still good (``kept``)
+        self._cut_at: deque[tuple[int, int]] = deque(maxlen=_CUTS_KEPT)
         self._first_base: tuple[tuple[int, int, int], int] | None = None  # first_batch_base's
         self._load(recover)
 
@@ -310,10 +316,27 @@ class PartitionLog:
             seg.next_offset = base
             with self._sync_cond:
                 self.drops += 1
+                self._cut_at.append((self.drops, base))
                 self._durable_offset = min(self._durable_offset, base)
             STORAGE.dropped_appends += end - base
             log.warning("%s: undid offsets %d..%d, whose write failed", self._label(), base, end - 1)
             return True
+
+    def kept(self, end: int, drops: int) -> int | None:
+        """Whether the records below ``end``, appended when the log's ``drops`` count was
+        ``drops``, are all still in the log: the current count if no undo since then cut below
+        ``end`` (their offsets hold the same records), else None (also when the undos since are
+        too many to tell). A waiter for the fsync of records below every cut is still served."""
+        if self.drops == drops:  # the common case, without the lock
+            return drops
+        with self._sync_cond:
+            now = self.drops
+            if now - drops > len(self._cut_at):
+                return None
+            for count, base in self._cut_at:
+                if count > drops and base < end:
+                    return None
+            return now
 
     def _undo_partial_write(self) -> None:
         seg = self.active
@@ -389,7 +412,13 @@ class PartitionLog:
     # -- durability ----------------------------------------------------------------------------
 
     def sync_to(self, offset: int) -> None:
-        """Block until every record below ``offset`` is on disk. Concurrent callers share fsyncs."""
+        """Block until every record below ``offset`` is on disk. Concurrent callers share fsyncs.
+
+        When the write of deferred appends fails (a full disk) they are undone
+        (``drop_unwritten``) and what was written before them is still fsynced; then
+        ``AppendsUndone`` if ``offset`` is not durable (``kept`` tells whose records survived).
+        StorageError when an fsync fails: nothing it covered counts as durable (and it is not
+        retried: after a failed fsync the kernel may have dropped the dirty pages)."""
         with self._sync_cond:
             while True:
                 if self._durable_offset >= offset:
@@ -398,16 +427,35 @@ class PartitionLog:
                     self._syncing = True
                     break
                 self._sync_cond.wait()
-        target = self._durable_offset
+        undone: OSError | None = None
+        try:
+            for _attempt in range(2):
+                try:
+                    self._sync_all()
+                    break
+                except OSError as exc:
+                    STORAGE.fsync_failures += 1
+                    dropped = self.drop_unwritten()  # a failed write of deferred appends: not kept
+                    if undone is not None or not dropped or not isinstance(exc, PendingWriteFailed):
+                        raise StorageError(f"fsync failed: {exc}") from exc
+                    undone = exc  # no fsync ran: fsync what was written before them
+        finally:
+            with self._sync_cond:
+                self._syncing = False
+                self._sync_cond.notify_all()
+        if undone is not None and self._durable_offset < offset:
+            raise AppendsUndone(f"fsync failed: {undone}") from undone
+
+    def _sync_all(self) -> None:
+        """One fsync of every dirty segment (``sync_to``'s, which holds ``_syncing``)."""
         synced = False
         started = time.perf_counter()
-        drops = self.drops
+        with self._lock:
+            drops = self.drops
+            target = self.next_offset
+            dirty = [s for s in self.segments if s.dirty]
+            active = self.segments[-1]
         try:
-            with self._lock:
-                drops = self.drops
-                target = self.next_offset
-                dirty = [s for s in self.segments if s.dirty]
-                active = self.segments[-1]
             for seg in dirty:
                 if seg.closed:
                     continue
@@ -419,13 +467,8 @@ class PartitionLog:
                 except ValueError:  # deleted (retention, truncation) while we looked
                     continue
             synced = True
-        except OSError as exc:
-            STORAGE.fsync_failures += 1
-            self.drop_unwritten()  # a failed write of deferred appends: they are not kept
-            raise StorageError(f"fsync failed: {exc}") from exc
         finally:
             with self._sync_cond:
-                self._syncing = False
                 # a failed fsync makes nothing durable (waiters retry and see the error); nor does
                 # one that appends were undone under (``target`` may count them)
                 if synced and self.drops == drops:
@@ -433,7 +476,6 @@ class PartitionLog:
                         STORAGE.fsync_seconds.observe(time.perf_counter() - started)
                         STORAGE.group_commit_records.observe(target - self._durable_offset)
                     self._durable_offset = max(self._durable_offset, target)
-                self._sync_cond.notify_all()
 
     def flush(self) -> None:
         """Everything appended so far on disk, the active segment's indexes included (deferred
@@ -867,6 +909,7 @@ class PartitionLog:
             with self._sync_cond:
                 self._durable_offset = min(self._durable_offset, seg.next_offset)
                 self.drops += 1  # fsync waiters for what was cut are refused (broker/durability.py)
+                self._cut_at.append((self.drops, seg.next_offset))
             self._forget_removed_damage()
 
     @staticmethod

@@ -45,6 +45,11 @@ _BASE = operator.itemgetter(0)
 MAX_PENDING = 1 << 20  # pending bytes a deferred append writes out at once rather than add to
 
 
+class PendingWriteFailed(OSError):
+    """The write of deferred appends' pending bytes failed (no fsync was attempted): the log
+    undoes them and may still fsync what was written before them (``PartitionLog.sync_to``)."""
+
+
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
@@ -170,10 +175,12 @@ class Segment:
                         view = view[n:]
                         with self._pending_lock:
                             self._in_file += n
-            except BaseException:
+            except BaseException as exc:
                 with self._pending_lock:
                     self._pending[:0] = view
                     self._pending_first = first  # its batch may now be partly in the file
+                if isinstance(exc, OSError):
+                    raise PendingWriteFailed(exc.errno, exc.strerror) from exc
                 raise
             finally:
                 view.release()

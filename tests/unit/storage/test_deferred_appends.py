@@ -208,6 +208,123 @@ def test_a_waiter_for_an_undone_append_is_refused(tmp_path: Path, monkeypatch: p
     asyncio.run(scenario())
 
 
+def test_a_failed_write_of_later_appends_still_makes_the_earlier_ones_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record written (not deferred) but not fsynced yet, then deferred appends whose write
+    fails: they are undone, and the fsync still makes the earlier record durable (no fsync had
+    run, so retrying it is sound); its waiter is served, theirs are refused with the cause."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bayou.broker.durability import GroupCommit
+    from bayou.errors import AppendsUndone
+
+    async def scenario() -> None:
+        log = PartitionLog(tmp_path / "p", ALWAYS)
+        with ThreadPoolExecutor(2) as io:
+            commits = GroupCommit(log, io)
+            written = log.append(batch(0))  # in the file, not fsynced
+            later = [log.append(batch(i), defer=True) for i in (1, 2)]
+            assert log.durable_offset == 0
+            with monkeypatch.context() as m:
+                _full_disk(m, short=30)
+                results = await asyncio.gather(
+                    commits.wait(written.last_offset + 1, written.drops),
+                    *(commits.wait(i.last_offset + 1, i.drops) for i in later),
+                    return_exceptions=True)
+            assert results[0] is None
+            for refused in results[1:]:
+                assert isinstance(refused, AppendsUndone) and "No space left" in str(refused)
+            assert log.durable_offset == 1 == log.next_offset and log.drops == 1
+            assert log.kept(1, 0) == 1 and log.kept(2, 0) is None
+            # a late waiter for the kept record is served at once; one for an undone one refused
+            await commits.wait(written.last_offset + 1, written.drops)
+            with pytest.raises(StorageError, match="undone"):
+                await commits.wait(later[0].last_offset + 1, later[0].drops)
+        log.close()
+        again = PartitionLog(tmp_path / "p", ALWAYS)
+        assert values(again) == [b"v0.0"]
+        again.close()
+
+    asyncio.run(scenario())
+
+
+def test_sync_to_below_undone_appends_fsyncs_what_was_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sync_to`` an offset below deferred appends whose write fails: they are undone, what was
+    written before them is still fsynced, and the call returns; asked past them, it raises
+    AppendsUndone with the durable offset moved as far as it could."""
+    from bayou.errors import AppendsUndone
+
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    log.append(batch(0))
+    log.append(batch(1), defer=True)
+    with monkeypatch.context() as m:
+        _full_disk(m)
+        log.sync_to(1)
+    assert log.durable_offset == 1 == log.next_offset and log.drops == 1
+    log.append(batch(2))
+    log.append(batch(3), defer=True)
+    with monkeypatch.context() as m:
+        _full_disk(m, short=20)
+        with pytest.raises(AppendsUndone, match="No space left"):
+            log.sync_to(3)
+    assert log.durable_offset == 2 == log.next_offset and log.drops == 2
+    log.close()
+    again = PartitionLog(tmp_path / "p", ALWAYS)
+    assert values(again) == [b"v0.0", b"v2.0"]
+    again.close()
+
+
+def test_a_failed_fsync_is_not_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the fsync itself fails nothing it covered counts as durable, and it is not tried
+    again (the kernel may have dropped the dirty pages it failed to write): every waiter is
+    refused, the pending appends are undone."""
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    log.append(batch(0))
+    log.append(batch(1), defer=True)
+    calls = {"n": 0}
+
+    def fsync(fd: int) -> None:
+        calls["n"] += 1
+        raise OSError(5, "Input/output error")
+
+    with monkeypatch.context() as m:
+        m.setattr(segment_module.os, "fsync", fsync)
+        with pytest.raises(StorageError, match="Input/output") as caught:
+            log.sync_to(log.next_offset)
+    assert calls["n"] == 1 and log.durable_offset == 0
+    assert type(caught.value) is StorageError  # not AppendsUndone: nobody is served
+    log.close()
+
+
+def test_kept_tells_whose_records_an_undo_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kept(end, drops)``: the records below ``end`` survived every undo since ``drops`` (the
+    current count), else None; a follower's ``truncate_to`` counts as an undo; after more undos
+    than it remembers, it cannot tell and says None."""
+    from bayou.storage import log as log_module
+
+    log = PartitionLog(tmp_path / "p", ALWAYS)
+    for i in range(4):
+        log.append(batch(i))
+    assert log.kept(4, 0) == 0
+    log.truncate_to(3)
+    assert log.drops == 1 and log.kept(3, 0) == 1 and log.kept(4, 0) is None
+    log.append(batch(9))
+    log.truncate_to(2)
+    assert log.kept(2, 0) == 2 and log.kept(3, 0) is None and log.kept(3, 1) is None
+    assert log.kept(2, 1) == 2
+    monkeypatch.setattr(log_module, "_CUTS_KEPT", 3)
+    small = PartitionLog(tmp_path / "q", ALWAYS)
+    small.append(batch(0))
+    for _ in range(4):
+        small.append(batch(1))
+        small.truncate_to(1)
+    assert small.drops == 4 and small.kept(1, 1) == 4 and small.kept(1, 0) is None
+    log.close()
+    small.close()
+
+
 def test_appends_racing_the_fsync_thread_all_land_in_order(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path / "p", LogConfig(fsync=FsyncPolicy.parse("always"),
                                                  segment_bytes=1 << 16))
