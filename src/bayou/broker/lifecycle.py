@@ -208,7 +208,7 @@ class Lifecycle:
                 pol = part.log.config.fsync
                 if pol.mode != "interval" or now - part.last_flush < pol.interval_ms / 1000:
                     continue
-                if part.log.durable_offset < part.log.next_offset:
+                if part.log.durable_offset < part.log.next_offset and part.log.fsync_error is None:
                     try:
                         await loop.run_in_executor(self.ctx.io, part.log.flush)
                     except (OSError, BayouError):

@@ -29,6 +29,7 @@ from bayou.broker.partition import Partition
 from bayou.broker.topics import DEDUP, DEDUP_PRODUCERS, DEDUP_WINDOW, TopicAdmin
 from bayou.errors import (
     BrokerShuttingDown,
+    StorageError,
     UnknownPartition,
 )
 from bayou.records.formats import ProducerSequence
@@ -222,7 +223,10 @@ class ProducePath:
             ordering.appended()
         if info is not None:
             return await self._acknowledge(part, info, acks)
-        end = part.log.next_offset
+        end, now = part.log.end_and_drops()
+        if now != drops:  # appends were undone since the check: maybe the originals it saw
+            raise StorageError(f"appends to {part.topic}/{part.index} were undone meanwhile "
+                               "(a failed write): send again")
         if part.log.config.fsync.mode == "always" and part.log.durable_offset < end:
             await self._durable(part, end, drops)  # the originals were appended under ``drops``
         return ProduceResult(part.index, end, end - 1, part.high_watermark, part.log.log_start_offset)

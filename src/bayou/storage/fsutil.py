@@ -1,9 +1,25 @@
-"""File-system helpers: atomic replace (write temp, fsync, rename, fsync dir)."""
+"""File-system helpers: atomic replace (write temp, fsync, rename, fsync dir); the fsync of log
+files, whose failure the log must tell from any other OSError."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+
+class FsyncFailed(OSError):
+    """An fsync syscall failed: what it covered may not be on disk, and a later fsync of the same
+    file cannot tell (Linux reports a writeback error once, and may have dropped the pages it
+    could not write or marked them clean). ``PartitionLog`` then stops claiming durability
+    (``PartitionLog.fsync_error``)."""
+
+
+def fsync(fd: int) -> None:
+    """``os.fsync``, its failure raised as FsyncFailed."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise FsyncFailed(exc.errno, exc.strerror) from exc
 
 
 def fsync_dir(path: Path) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
+from bayou.storage.fsutil import fsync
 from bayou.storage.handles import HandleCache, default_cache
 
 _OFF = struct.Struct(">II")
@@ -103,7 +104,7 @@ class _SparseIndex:
             self._dirty = False
             try:
                 with self._file.use() as fd:
-                    os.fsync(fd)
+                    fsync(fd)
             except BaseException:
                 self._dirty = True
                 raise

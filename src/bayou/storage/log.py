@@ -43,7 +43,7 @@ from bayou.records.batch import (
 from bayou.stats import STORAGE
 from bayou.storage.cached import pread_cached
 from bayou.storage.config import LogConfig
-from bayou.storage.fsutil import fsync_dir
+from bayou.storage.fsutil import FsyncFailed, fsync_dir
 from bayou.storage.handles import HandleCache, default_cache
 from bayou.storage.integrity import Damage, first_bad_batch
 from bayou.storage.segment import LOG_SUFFIX, PendingWriteFailed, Segment
@@ -169,6 +169,9 @@ class PartitionLog:
         # waiter whose records all lie below every cut since its append is still good (``kept``)
         self._cut_at: deque[tuple[int, int]] = deque(maxlen=_CUTS_KEPT)
         self._first_base: tuple[tuple[int, int, int], int] | None = None  # first_batch_base's
+        # why an fsync of this log failed (``_fsync_failed``): from then on nothing more is made
+        # durable and appends are refused, until the log is opened again (a restart)
+        self.fsync_error: str | None = None
         self._load(recover)
 
     # -- opening -------------------------------------------------------------------------------
@@ -259,6 +262,8 @@ class PartitionLog:
             self._check_open()
             if self.damage is not None:
                 raise self.offline_error()
+            if self.fsync_error is not None:
+                raise StorageError(self._fsync_offline())
             try:
                 self._maybe_roll(header.size, now)
             except OSError as exc:  # no room for the new segment file (ENOSPC, EDQUOT)
@@ -321,6 +326,12 @@ class PartitionLog:
             STORAGE.dropped_appends += end - base
             log.warning("%s: undid offsets %d..%d, whose write failed", self._label(), base, end - 1)
             return True
+
+    def end_and_drops(self) -> tuple[int, int]:
+        """The log end and the ``drops`` count, read together (an undo moves both, in another
+        thread: read one by one they could pair the end an undo left with the count before it)."""
+        with self._lock:
+            return self.next_offset, self.drops
 
     def kept(self, end: int, drops: int) -> int | None:
         """Whether the records below ``end``, appended when the log's ``drops`` count was
@@ -390,8 +401,8 @@ class PartitionLog:
 
     def _sync_after_roll(self, old: Segment) -> None:
         """Make a sealed segment durable off the caller's thread (through ``sync_to``, so the
-        durable offset moves and concurrent fsyncs are shared). A failure is logged; the segment
-        stays dirty, so the next flush (interval policy, acks, shutdown) tries again."""
+        durable offset moves and concurrent fsyncs are shared). A failure is logged (a failed
+        fsync takes the log offline: ``_fsync_failed``)."""
         offset = old.next_offset
 
         def run() -> None:
@@ -402,9 +413,10 @@ class PartitionLog:
                 pass
             except OSError as exc:
                 log.error("fsync of sealed segment %s's indexes failed: %s", old.path, exc)
+                if isinstance(exc, FsyncFailed):
+                    self._fsync_failed(exc)
             except StorageError as exc:
-                log.error("fsync of sealed segment %s failed (retried by the next flush): %s",
-                          old.path, exc)
+                log.error("fsync of sealed segment %s failed: %s", old.path, exc)
 
         self._roll_syncs = [f for f in self._roll_syncs if not f.done()]
         self._roll_syncs.append(_background(run))
@@ -417,12 +429,16 @@ class PartitionLog:
         When the write of deferred appends fails (a full disk) they are undone
         (``drop_unwritten``) and what was written before them is still fsynced; then
         ``AppendsUndone`` if ``offset`` is not durable (``kept`` tells whose records survived).
-        StorageError when an fsync fails: nothing it covered counts as durable (and it is not
-        retried: after a failed fsync the kernel may have dropped the dirty pages)."""
+        StorageError when an fsync fails: nothing it covered counts as durable, and it is never
+        retried (after a failed fsync the kernel may have dropped the dirty pages, and a second
+        fsync would succeed without writing them): every later call past the durable offset
+        raises too (``fsync_error``)."""
         with self._sync_cond:
             while True:
                 if self._durable_offset >= offset:
                     return
+                if self.fsync_error is not None:
+                    raise StorageError(self._fsync_offline())
                 if not self._syncing:
                     self._syncing = True
                     break
@@ -435,6 +451,8 @@ class PartitionLog:
                     break
                 except OSError as exc:
                     STORAGE.fsync_failures += 1
+                    if isinstance(exc, FsyncFailed):
+                        self._fsync_failed(exc)
                     dropped = self.drop_unwritten()  # a failed write of deferred appends: not kept
                     if undone is not None or not dropped or not isinstance(exc, PendingWriteFailed):
                         raise StorageError(f"fsync failed: {exc}") from exc
@@ -445,6 +463,23 @@ class PartitionLog:
                 self._sync_cond.notify_all()
         if undone is not None and self._durable_offset < offset:
             raise AppendsUndone(f"fsync failed: {undone}") from undone
+
+    def _fsync_failed(self, exc: OSError) -> None:
+        """An fsync failed: the records past the durable offset may not be on disk, and no later
+        fsync can tell. The log stops claiming durability for them (``sync_to`` raises) and takes
+        no more appends, as Kafka takes a log directory offline after an I/O error; opening the
+        log again (a restart) recovers it from what the disk holds."""
+        with self._sync_cond:
+            if self.fsync_error is not None:
+                return
+            self.fsync_error = f"an fsync failed ({exc})"
+        log.error("partition %s: %s; offline for appends, offsets from %d on may not be on disk; "
+                  "restart the broker to recover the log from disk", self._label(), self.fsync_error,
+                  self._durable_offset)
+
+    def _fsync_offline(self) -> str:
+        return (f"partition {self._label()} is offline: {self.fsync_error}; restart the broker to "
+                "recover it from disk")
 
     def _sync_all(self) -> None:
         """One fsync of every dirty segment (``sync_to``'s, which holds ``_syncing``)."""
@@ -485,7 +520,7 @@ class PartitionLog:
         try:
             self.sync_to(self.next_offset)
         except StorageError:
-            if self.drops == drops:
+            if self.drops == drops or self.fsync_error is not None:  # a failed fsync: never again
                 raise
             self.sync_to(self.next_offset)
         with self._lock:
@@ -718,7 +753,9 @@ class PartitionLog:
     @property
     def offline_reason(self) -> str | None:
         d = self.damage
-        return None if d is None else d.describe()
+        if d is not None:
+            return d.describe()
+        return self.fsync_error
 
     def locate(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
                payload_only: bool = False, nowait: bool = False, _checked: bool = False,

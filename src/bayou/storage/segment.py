@@ -28,6 +28,7 @@ from pathlib import Path
 from bayou.errors import CorruptRecord, StorageError
 from bayou.records.batch import HEADER_SIZE, BatchHeader, decode_header
 from bayou.storage.cached import pread_cached
+from bayou.storage.fsutil import fsync
 from bayou.storage.handles import HandleCache, default_cache
 from bayou.storage.index import OffsetIndex, TimeIndex
 from bayou.storage.integrity import batch_fault
@@ -227,7 +228,7 @@ class Segment:
         self.flush()  # waits for a write in flight in another thread too
         in_file = self._in_file
         with self.file.use() as fd:
-            os.fsync(fd)
+            fsync(fd)
         if indexes:
             self.sync_indexes()
         with self._pending_lock:

@@ -356,3 +356,55 @@ def test_id_run_of_stored_frames() -> None:
         data, stride = frames(ids)
         assert id_run(data, len(ids), stride) is None
     assert id_run(b"", 0, 58) is None
+
+
+async def test_a_replay_whose_originals_an_undo_took_meanwhile_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fsync=always: a send's original is appended and waits for its fsync, whose write then
+    fails and undoes it (a full disk) while its retry is being checked. The check saw the original
+    and calls the retry a replay; it must not be acknowledged (the original is gone): it is
+    refused, and the next retry is stored. (The undo is made from the check itself here, where
+    the I/O thread's could land.) Failed before: the replay was acknowledged at once."""
+    import threading
+
+    from bayou.errors import StorageError
+    from bayou.storage import FsyncPolicy
+
+    b = Broker(BrokerConfig(data_dir=tmp_path / "d", log=LogConfig(fsync=FsyncPolicy.parse("always"))))
+    await b.start()
+    try:
+        await b.create_topic("t", 1, {"message.deduplication": "true"})
+        log = b.partition("t", 0).log
+        release = threading.Event()
+        real_sync_to = log.sync_to
+
+        def held_sync_to(offset: int) -> None:  # the group commit's fsync, held until released
+            assert release.wait(30)
+            real_sync_to(offset)
+
+        monkeypatch.setattr(log, "sync_to", held_sync_to)
+        original = asyncio.create_task(produce(b, [mid(P, 1)]))
+        deadline = time.monotonic() + 10
+        while log.next_offset == 0:  # appended (deferred), waiting for its fsync
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.001)
+        real_check = DedupTable.check
+
+        def check_then_undo(self: DedupTable, ids: Sequence[int] | IdRun) -> tuple[list[bool], object]:
+            out = real_check(self, ids)
+            assert log.drop_unwritten()  # the original's write failed in the I/O thread
+            return out
+
+        with monkeypatch.context() as m:
+            m.setattr(DedupTable, "check", check_then_undo)
+            with pytest.raises(StorageError, match="undone meanwhile"):
+                await produce(b, [mid(P, 1)])
+        release.set()
+        with pytest.raises(StorageError, match="undone"):
+            await original
+        assert log.next_offset == 0
+        assert await produce(b, [mid(P, 1)]) == (0, 0)  # the next retry is stored
+        assert stored_ids(b) == [mid(P, 1)]
+    finally:
+        release.set()
+        await b.stop()

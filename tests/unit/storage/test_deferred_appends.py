@@ -234,7 +234,10 @@ def test_a_failed_write_of_later_appends_still_makes_the_earlier_ones_durable(
                     return_exceptions=True)
             assert results[0] is None
             for refused in results[1:]:
-                assert isinstance(refused, AppendsUndone) and "No space left" in str(refused)
+                # the cause when its wait began before the fsync ended; else the undo itself
+                # (the I/O thread may end the fsync before gather has started the later waits)
+                assert ((isinstance(refused, AppendsUndone) and "No space left" in str(refused))
+                        or (isinstance(refused, StorageError) and "undone" in str(refused)))
             assert log.durable_offset == 1 == log.next_offset and log.drops == 1
             assert log.kept(1, 0) == 1 and log.kept(2, 0) is None
             # a late waiter for the kept record is served at once; one for an undone one refused

@@ -259,7 +259,8 @@ class BrokerCollector(Collector):
         size = Family("bayou_partition_size_bytes", "gauge", "Bytes of the partition's segments.", names)
         segments = Family("bayou_partition_segments", "gauge", "Segment files of the partition.", names)
         offline = Family("bayou_partition_offline", "gauge",
-                         "1 when the partition is quarantined (damaged data).", names)
+                         "1 when the partition is offline: quarantined (damaged data) or an fsync failed.",
+                         names)
         # the hot loop of a scrape (one pass per partition): bound appends, no method calls
         add_start, add_end, add_hw = start.samples.append, end.samples.append, hw.samples.append
         add_size, add_segments = size.samples.append, segments.samples.append
@@ -280,7 +281,7 @@ class BrokerCollector(Collector):
                 add_hw((rendered, p.high_watermark))
                 add_size((rendered, plog.size_bytes))
                 add_segments((rendered, len(plog.segments)))
-                add_offline((rendered, 0 if plog.damage is None else 1))
+                add_offline((rendered, 0 if plog.offline_reason is None else 1))
             for key, value in (("bytes_in", bytes_in), ("records_in", records_in), ("bytes_out", bytes_out),
                                ("records_out", records_out)):
                 per_topic[key].add_rendered(topic_rendered, value)
