@@ -315,6 +315,8 @@ class PartitionLog:
             self._truncations += 1
             try:
                 seg.truncate_to_position(position)
+            except FsyncFailed as exc:  # cut, but what lies below may not be on disk
+                self._fsync_failed(exc)
             except (OSError, ValueError) as exc:  # the file and the segment no longer agree
                 seg.size = position
                 self._quarantine(Damage(seg.path, position, base, f"undone appends could not be cut: {exc}"))
@@ -454,7 +456,8 @@ class PartitionLog:
                     if isinstance(exc, FsyncFailed):
                         self._fsync_failed(exc)
                     dropped = self.drop_unwritten()  # a failed write of deferred appends: not kept
-                    if undone is not None or not dropped or not isinstance(exc, PendingWriteFailed):
+                    if (undone is not None or not dropped or not isinstance(exc, PendingWriteFailed)
+                            or self.fsync_error is not None):  # the undo's own fsync failed
                         raise StorageError(f"fsync failed: {exc}") from exc
                     undone = exc  # no fsync ran: fsync what was written before them
         finally:
@@ -531,6 +534,8 @@ class PartitionLog:
             pass
         except OSError as exc:
             STORAGE.fsync_failures += 1
+            if isinstance(exc, FsyncFailed):
+                self._fsync_failed(exc)
             raise StorageError(f"fsync failed: {exc}") from exc
 
     # -- reading -------------------------------------------------------------------------------
@@ -937,7 +942,12 @@ class PartitionLog:
             if h is not None and h.base_offset < offset:
                 pos += h.size  # keep the batch that straddles ``offset``
             self._truncations += 1
-            seg.truncate_to_position(pos)
+            failed: FsyncFailed | None = None
+            try:
+                seg.truncate_to_position(pos)
+            except FsyncFailed as exc:  # cut, but what lies below may not be on disk
+                self._fsync_failed(exc)
+                failed = exc
             d = self.damage
             if d is not None and d.path == seg.path and pos <= d.position:
                 seg.damage = None  # the damaged bytes are cut off
@@ -948,6 +958,8 @@ class PartitionLog:
                 self.drops += 1  # fsync waiters for what was cut are refused (broker/durability.py)
                 self._cut_at.append((self.drops, seg.next_offset))
             self._forget_removed_damage()
+            if failed is not None:
+                raise StorageError(f"fsync failed: {failed}") from failed
 
     @staticmethod
     def _end_offset_of(seg: Segment) -> int:

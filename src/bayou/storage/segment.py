@@ -464,15 +464,15 @@ class Segment:
         self._recent = [(b, p) for b, p in self._recent if p < position]
         with self._flush_lock, self.file.use() as fd:
             os.ftruncate(fd, position)
-            os.fsync(fd)
-            with self._pending_lock:
+            with self._pending_lock:  # the file is cut: the segment follows before the fsync
                 self._in_file = position
                 self._cuts += 1
                 self.size = position
                 self.synced_size = min(self.synced_size, position)
-        self.index.truncate_to_position(position)
-        last_rel = self.index.rel_offsets[-1] if self.index.rel_offsets else 0
-        self.time_index.truncate_to_rel_offset(last_rel + 1)
+            self.index.truncate_to_position(position)
+            last_rel = self.index.rel_offsets[-1] if self.index.rel_offsets else 0
+            self.time_index.truncate_to_rel_offset(last_rel + 1)
+            fsync(fd)  # FsyncFailed: the log goes offline (PartitionLog._fsync_failed)
 
     # -- lifecycle -----------------------------------------------------------------------------
 

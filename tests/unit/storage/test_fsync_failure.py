@@ -3,12 +3,14 @@ and may drop (or mark clean) the pages it could not write, so a later fsync of t
 succeeds without them. Nothing past the durable offset may then be declared durable by a retry,
 and no append is taken, until the log is opened again (a restart recovers it from disk).
 
-The first two tests are the reviewer's of b38fdbb; both failed on it: the retry made the records
-the failed fsync covered durable."""
+The first two tests are the reviewer's of b38fdbb, the next two the reviewer's of 36f6fb5 (an
+fsync in a cut: undone appends, a follower's truncation); each failed there: a later fsync made
+the records the failed one covered durable."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -23,7 +25,9 @@ from bayou.storage import FsyncPolicy, LogConfig, PartitionLog
 from bayou.storage import segment as segment_module
 
 ALWAYS = LogConfig(fsync=FsyncPolicy.parse("always"), segment_bytes=2048, index_interval_bytes=128)
+ALWAYS_BIG = LogConfig(fsync=FsyncPolicy.parse("always"), segment_bytes=1 << 20, index_interval_bytes=128)
 _real_fsync = os.fsync
+_real_write = os.write
 
 
 def batch(i: int) -> bytes:
@@ -145,4 +149,90 @@ def test_a_failed_index_fsync_takes_the_log_offline_too(
     assert log.fsync_error is not None
     with pytest.raises(StorageError, match="offline"):
         log.append(batch(2))
+    log.close()
+
+
+# -- a failed fsync in a cut (36f6fb5 review) ---------------------------------------------------
+
+
+def test_a_failed_fsync_in_the_undo_of_unwritten_appends_is_not_made_good_by_the_retry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offset 0 is in the file but not fsynced; offset 1 is deferred. The group commit's write of
+    offset 1 fails (full disk): drop_unwritten cuts it with truncate_to_position, whose fsync
+    fails with EIO (the writeback error of offset 0's pages). sync_to then retries the fsync,
+    which succeeds without those pages, and offset 0 is declared durable (a produce acked)."""
+    log = PartitionLog(tmp_path / "p", ALWAYS_BIG)
+    log.append(batch(0))               # write-through: in the page cache, not fsynced
+    log.append(batch(1), defer=True)   # pending: written by the group commit's fsync
+    assert log.durable_offset == 0
+    fsyncs = {"n": 0}
+    writes = {"failed": False}
+
+    def write(fd: int, data: object) -> int:
+        if not writes["failed"]:
+            writes["failed"] = True
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return _real_write(fd, data)  # type: ignore[arg-type]
+
+    def fsync(fd: int) -> None:
+        fsyncs["n"] += 1
+        if fsyncs["n"] == 1:  # truncate_to_position's: the writeback error is reported here, once
+            raise OSError(errno.EIO, "Input/output error")
+        _real_fsync(fd)
+
+    with monkeypatch.context() as m:
+        m.setattr(segment_module.os, "write", write)
+        m.setattr(segment_module.os, "fsync", fsync)
+        with pytest.raises(StorageError):
+            log.sync_to(1)  # the produce of offset 0 waits for this
+    assert log.durable_offset == 0, "offset 0 acknowledged after its fsync failed"
+    assert log.fsync_error is not None
+    log.close()
+
+
+def test_a_failed_fsync_in_a_truncation_is_not_made_good_by_the_next_sync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader turned follower cuts what diverged (truncate_to, fetcher._cut) while offset 0,
+    below the cut, waits for its group commit. The cut's fsync reports offset 0's writeback
+    error: the group commit's fsync must not then declare offset 0 durable. And the segment
+    follows its file although the fsync failed (it used to keep counting the cut batch, so the
+    next append's index entry and recent position pointed past the file's end)."""
+    log = PartitionLog(tmp_path / "p", ALWAYS_BIG)
+    log.append(batch(0))
+    log.append(batch(1))
+    with monkeypatch.context() as m:
+        _fail_first_fsync(m)
+        with pytest.raises(StorageError, match="Input/output"):
+            log.truncate_to(1)
+        assert os.stat(log.active.path).st_size == log.active.size, "segment size disagrees with the file"
+        assert log.next_offset == 1
+        with pytest.raises(StorageError, match="offline"):
+            log.sync_to(1)
+    assert log.durable_offset == 0, "offset 0 declared durable after its fsync failed"
+    log.close()
+
+
+def test_a_failed_index_fsync_in_flush_takes_the_log_offline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shutdown's flush fsyncs the active segment's indexes after its records: that fsync
+    failing takes the log offline too, so the next flush does not succeed and leave a clean
+    marker."""
+    log = PartitionLog(tmp_path / "p", ALWAYS_BIG)
+    for i in range(4):
+        log.append(batch(i))  # index entries every 128 bytes: the offset index is dirty
+    calls = {"n": 0}
+
+    def fsync(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the records' fsync, then the offset index's
+            raise OSError(errno.EIO, "Input/output error")
+        _real_fsync(fd)
+
+    with monkeypatch.context() as m:
+        m.setattr(segment_module.os, "fsync", fsync)
+        with pytest.raises(StorageError, match="Input/output"):
+            log.flush()
+        assert log.fsync_error is not None
+        with pytest.raises(StorageError, match="offline"):
+            log.append(batch(4))
     log.close()

@@ -67,7 +67,16 @@ class FollowerFetcher:
         addr = leader.address(REPLICATION)
         assert addr is not None
         backoff = 0.05
+        told = False
         while part.cluster is rs and not self.ctx.stopping:
+            if part.log.fsync_error is not None:
+                # offline after a failed fsync: fetch nothing more (a fetch's offset would tell
+                # the leader that records not on disk here are replicated); out of the ISR
+                if not told:
+                    log.error("not fetching %s/%d: %s", part.topic, part.index, part.log.offline_reason)
+                    told = True
+                await asyncio.sleep(1.0)
+                continue
             try:
                 link = await self.dialer.connect(*addr, limit=FETCH_MAX_BYTES * 2)
             except (OSError, LinkError) as exc:
@@ -99,7 +108,7 @@ class FollowerFetcher:
     async def _fetch_on(self, part: Partition, rs: ReplicaSet, link: ReplicaLink) -> None:
         assert part.epochs is not None
         on_io = self.ctx.on_io
-        while part.cluster is rs and not self.ctx.stopping:
+        while part.cluster is rs and not self.ctx.stopping and part.log.fsync_error is None:
             req = FetchRequest(part.topic, part.index, self.me, rs.epoch, part.log.next_offset,
                                self._last_epoch(part), FETCH_MAX_BYTES, FETCH_MAX_WAIT_MS)
             reply = await link.fetch(req)
