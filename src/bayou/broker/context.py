@@ -123,6 +123,13 @@ class BrokerContext:
         await self.metadata_store.await_topic(name, partition)
         return self.topic(name)
 
+    def settled_topic(self, name: str, partition: int = 0) -> Topic | None:
+        """``topic(name)`` when ``ready_topic`` would not wait (None: await ``ready_topic``): the
+        produce path's way past a coroutine per request."""
+        if self.metadata_store.topic_settled(name, partition):
+            return self.topics.get(name)
+        return None
+
     async def has_topic(self, name: str) -> bool:
         """Whether ``name`` exists, for a request (in cluster mode: see ``ready_topic``)."""
         if name not in self.topics:

@@ -72,6 +72,10 @@ class MetadataStore(Protocol):
         client is not told it does not exist. At once when the store is this broker's own."""
         ...
 
+    def topic_settled(self, name: str, partition: int) -> bool:
+        """Whether ``await_topic`` has nothing to wait for (a request's fast path skips it)."""
+        ...
+
 
 class ReplicaState(Protocol):
     def high_watermark(self, part: Partition) -> int:
@@ -136,6 +140,9 @@ class LocalMetadataStore:
 
     async def await_topic(self, name: str, partition: int) -> None:
         return None
+
+    def topic_settled(self, name: str, partition: int) -> bool:
+        return True
 
 
 class Cluster(MetadataStore, Protocol):

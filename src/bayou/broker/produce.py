@@ -87,14 +87,18 @@ class ProducePath:
             self.ctx.authorize("send", topic)
             if self.ctx.closing:
                 raise BrokerShuttingDown()
-            t = (await self.admin.ensure_topic(topic) if create
-                 else await self.ctx.ready_topic(topic, partition))
+            # the topic without a coroutine when nothing is to be waited for (one per request)
+            t = self.ctx.topics.get(topic) if create else self.ctx.settled_topic(topic, partition)
+            if t is None:
+                t = (await self.admin.ensure_topic(topic) if create
+                     else await self.ctx.ready_topic(topic, partition))
             if not 0 <= partition < len(t.partitions):
                 raise UnknownPartition(f"topic {topic} has no partition {partition}")
             part = t.partitions[partition]
             if forward and self._led_elsewhere(part):
                 return await self.ctx.topology.forward_produce(topic, partition, bytes(batch), acks)
-            await self._await_leadership(part)
+            if self.ctx.topology.clustered:  # a single node leads every partition
+                await self._await_leadership(part)
             self.ctx.check_leader(part)
             self._check_insync(part, acks)
             defer = self._defers(part)
@@ -106,6 +110,8 @@ class ProducePath:
                                        leader_epoch=self._epoch(part), defer=defer)
         finally:
             ordering.appended()  # appended, refused or forwarded: the next request may go on
+        if acks != Acks.ALL and not defer:  # nothing to wait for: no coroutine either
+            return self._acknowledged(part, info)
         return await self._acknowledge(part, info, acks)
 
     @staticmethod
@@ -126,15 +132,28 @@ class ProducePath:
     async def _acknowledge(self, part: Partition, info: AppendInfo, acks: Acks) -> ProduceResult:
         """After an append: move the leader's high watermark, wait for what ``acks`` and the
         fsync policy promise, wake long-polls, report."""
-        part.bytes_in += info.size
-        part.records_in += info.record_count
-        part.replica_state.appended(part)
-        end = info.last_offset + 1
+        self._count_in(part, info)
         if part.log.config.fsync.mode == "always":
-            await self._durable(part, end, info.drops)
+            await self._durable(part, info.last_offset + 1, info.drops)
         part.notify()
         if acks == Acks.ALL:
             await self._await_replication(part, info.last_offset)
+        return self._result(part, info)
+
+    def _acknowledged(self, part: Partition, info: AppendInfo) -> ProduceResult:
+        """``_acknowledge`` when nothing is waited for (fsync not ``always``, acks not all)."""
+        self._count_in(part, info)
+        part.notify()
+        return self._result(part, info)
+
+    @staticmethod
+    def _count_in(part: Partition, info: AppendInfo) -> None:
+        part.bytes_in += info.size
+        part.records_in += info.record_count
+        part.replica_state.appended(part)
+
+    @staticmethod
+    def _result(part: Partition, info: AppendInfo) -> ProduceResult:
         return ProduceResult(part.index, info.base_offset, info.last_offset, part.high_watermark,
                              part.log.log_start_offset)
 
@@ -198,7 +217,8 @@ class ProducePath:
         fsync=always it is returned once the log is durable up to there (the replayed originals
         may still have been waiting for their fsync)."""
         try:  # the caller's ``ordering.begin`` ends here (see produce)
-            await self._await_leadership(part)
+            if self.ctx.topology.clustered:
+                await self._await_leadership(part)
             drops = part.log.drops
             if drops != part.drops_seen:  # appends were undone: the tables may count them
                 part.drops_seen = drops
@@ -222,6 +242,8 @@ class ProducePath:
         finally:
             ordering.appended()
         if info is not None:
+            if acks != Acks.ALL and not self._defers(part):
+                return self._acknowledged(part, info)
             return await self._acknowledge(part, info, acks)
         end, now = part.log.end_and_drops()
         if now != drops:  # appends were undone since the check: maybe the originals it saw

@@ -193,7 +193,8 @@ class Connection:
         reader holds or expects for the request not yet complete (0 at a request boundary).
 
         Raises ``TimeoutError`` when a deadline passes (the listener closes the connection)."""
-        await self.hold(pending)
+        if self.budget is not None and pending != self.held:
+            await self.hold(pending)
         deadline = self.deadline(pending)
         if deadline is None:
             data = await self.reader.read(self.limits.read_size)

@@ -49,6 +49,7 @@ from typing import Generic, Protocol, TypeVar
 
 from bayou.broker.ordering import Ordered, serving
 from bayou.server.base import Connection, Listener
+from bayou.server.writes import CoalescingWriter
 
 F = TypeVar("F")
 F_co = TypeVar("F_co", covariant=True)
@@ -84,7 +85,8 @@ async def _write(writer: asyncio.StreamWriter, reply: Reply) -> None:
             writer.write(piece)
     else:
         writer.write(reply)
-    await writer.drain()
+    if not isinstance(writer, CoalescingWriter) or writer.must_drain():
+        await writer.drain()
 
 
 MAX_PIPELINED = 64  # frames of one connection in flight at once (served, reply not yet written)

@@ -141,7 +141,7 @@ class KafkaService:
             if handler is None:
                 raise KafkaError(f"api_key {header.api_key} has no handler")
             ctx = Request(header.api_key, header.api_version, header.client_id or "",
-                          f"/{session.peer.rsplit(':', 1)[0]}", advertised, session)
+                          session.client_host, advertised, session)
             fields = await handler(self, ctx, req.body)
             failed = False
         finally:
@@ -232,59 +232,56 @@ async def metadata(svc: KafkaService, req: Request, body: Any) -> Fields:
 
 async def _produce_partition(svc: KafkaService, topic: str, index: int, records: bytes | None,
                              acks: Acks, transactional_id: str | None) -> Fields:
-    with ordering.slot():  # the request is released once every partition has appended
-        return await _append_partition(svc, topic, index, records, acks, transactional_id)
-
-
-async def _append_partition(svc: KafkaService, topic: str, index: int, records: bytes | None,
-                            acks: Acks, transactional_id: str | None) -> Fields:
     broker = svc.broker
     entry: Fields = {"index": index, "base_offset": -1, "log_append_time": None,
                      "log_start_offset": -1}
-    try:
-        if not records:
-            raise InvalidRequest("a produce without a record batch")
-        if not await broker.has_topic(topic):
-            raise UnknownTopic(f"unknown topic {topic}")
-        if not 0 <= index < broker.partition_count(topic):
-            raise UnknownPartition(f"topic {topic} has no partition {index}")
-        batch = bytearray(records)
-        h = check_produced(batch)
-        if h.transactional and transactional_id is None:
-            raise InvalidTxnState("a transactional batch outside a transactional produce")
-        if h.producer_id >= 0 and h.base_sequence >= 0:
-            pid = kafka_producer(h.producer_id)
-            seqs = [(pid, h.producer_epoch, h.base_sequence + i + 1) for i in range(h.record_count)]
+    with ordering.slot():  # the request is released once every partition has appended
+        try:
+            if not records:
+                raise InvalidRequest("a produce without a record batch")
+            if not (broker.topic_exists(topic) or await broker.has_topic(topic)):
+                raise UnknownTopic(f"unknown topic {topic}")
+            if not 0 <= index < broker.partition_count(topic):
+                raise UnknownPartition(f"topic {topic} has no partition {index}")
+            batch = bytearray(records)
+            h = check_produced(batch)
+            if h.transactional and transactional_id is None:
+                raise InvalidTxnState("a transactional batch outside a transactional produce")
+            if h.producer_id >= 0 and h.base_sequence >= 0:
+                pid = kafka_producer(h.producer_id)
+                seqs = [(pid, h.producer_epoch, h.base_sequence + i + 1) for i in range(h.record_count)]
 
-            def whole(keep: list[bool]) -> tuple[bytes, None]:
-                if not all(keep):  # a batch overlapping one stored before: Kafka's batches are whole
-                    raise OutOfOrderSequence(f"batch at sequence {h.base_sequence} partly stored before")
-                return bytes(batch), None
+                def whole(keep: list[bool]) -> tuple[bytes, None]:
+                    if not all(keep):  # a batch overlapping one stored before: Kafka's batches are whole
+                        raise OutOfOrderSequence(f"batch at sequence {h.base_sequence} partly stored before")
+                    return bytes(batch), None
 
-            if h.transactional:
-                result = await broker.produce_transactional(topic, index, h.producer_id, h.producer_epoch,
-                                                            seqs, whole, acks, transactional_id)
+                if h.transactional:
+                    result = await broker.produce_transactional(topic, index, h.producer_id, h.producer_epoch,
+                                                                seqs, whole, acks, transactional_id)
+                else:
+                    result = await broker.produce_idempotent(topic, index, seqs, whole, acks)
             else:
-                result = await broker.produce_idempotent(topic, index, seqs, whole, acks)
-        else:
-            result = await broker.produce(topic, index, batch, acks, create=False)
-        svc.plain.add(topic, index, result.base_offset, h.crc)  # check_produced walked its records
-        entry["base_offset"] = result.base_offset
-        entry["log_start_offset"] = result.log_start_offset
-    except BayouError as exc:
-        entry["error_code"] = code_of(exc)
-        entry["error_message"] = exc.message
+                result = await broker.produce(topic, index, batch, acks, create=False)
+            svc.plain.add(topic, index, result.base_offset, h.crc)  # check_produced walked its records
+            entry["base_offset"] = result.base_offset
+            entry["log_start_offset"] = result.log_start_offset
+        except BayouError as exc:
+            entry["error_code"] = code_of(exc)
+            entry["error_message"] = exc.message
     return entry
 
 
+_ACKS: dict[int, Acks] = {int(a): a for a in Acks}
+
+
 async def produce(svc: KafkaService, req: Request, body: Any) -> Fields | None:
-    try:
-        acks = Acks(body.acks)
-        if acks == Acks.ALL and not svc.broker.clustered:
-            # the in-sync replicas Metadata names are this broker alone (V1's standalone
-            # replicas, which acks=all of V1 waits for, are not Kafka's ISR)
-            acks = Acks.LEADER
-    except ValueError:
+    acks = _ACKS.get(body.acks)
+    if acks == Acks.ALL and not svc.broker.clustered:
+        # the in-sync replicas Metadata names are this broker alone (V1's standalone
+        # replicas, which acks=all of V1 waits for, are not Kafka's ISR)
+        acks = Acks.LEADER
+    if acks is None:
         return {"responses": [{"name": t.name, "partition_responses": [
             {"index": p.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1,
              "log_start_offset": -1} for p in t.partition_data]} for t in body.topic_data]}

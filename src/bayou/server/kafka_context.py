@@ -5,7 +5,7 @@ advertised listener, the error-code lookup and Kafka's authorized-operations bit
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -57,6 +57,10 @@ class Session:
     authenticated: bool = False
     close: bool = False
     scram: ScramExchange | None = None  # a SCRAM exchange between its two SaslAuthenticate steps
+    client_host: str = field(init=False)  # "/host", as Kafka's tools show a member's host
+
+    def __post_init__(self) -> None:
+        self.client_host = f"/{self.peer.rsplit(':', 1)[0]}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,14 @@ class CoalescingWriter:
         else:
             self._writer.write(b"".join(pieces))
 
+    def must_drain(self) -> bool:
+        """Whether ``drain`` has anything to do (else a caller may skip awaiting it): a buffer at
+        ``FLUSH_BYTES``, a transport holding bytes or closing, or nothing buffered (asyncio's drain
+        then tells a lost connection)."""
+        transport = self._writer.transport
+        return bool(self._size >= FLUSH_BYTES or not self._pieces or transport.get_write_buffer_size()
+                    or transport.is_closing())
+
     async def drain(self) -> None:
         transport = self._writer.transport
         if (self._size >= FLUSH_BYTES or transport.get_write_buffer_size()

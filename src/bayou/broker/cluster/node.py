@@ -298,9 +298,13 @@ class ClusterNode:
     async def await_topic(self, name: str, partition: int) -> None:
         """A partition this broker has not opened, or whose cluster state has not reached it, is
         caught up with ZooKeeper (``catch_up``) before the request is answered."""
-        t = self.broker.topics.get(name)
-        if t is None or not 0 <= partition < len(t.partitions) or t.partitions[partition].cluster is None:
+        if not self.topic_settled(name, partition):
             await self.catch_up(name, partition)
+
+    def topic_settled(self, name: str, partition: int) -> bool:
+        t = self.broker.topics.get(name)
+        return (t is not None and 0 <= partition < len(t.partitions)
+                and t.partitions[partition].cluster is not None)
 
     async def await_leadership(self, topic: str, partition: int, timeout: float = 5.0) -> None:
         await self.reconciler.await_leadership(topic, partition, timeout)
