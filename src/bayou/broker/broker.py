@@ -264,16 +264,27 @@ class Broker:
 
     # -- fetch (fetch.py) ----------------------------------------------------------------------
 
-    async def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
-                    max_records: int | None = None, max_wait_ms: int = 0, min_bytes: int = 1,
-                    upto_log_end: bool = False, from_log_start: bool = False,
-                    committed_only: bool = False) -> FetchResult:
-        if committed_only:  # read up to the last stable offset: its table must be loaded
+    def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
+              max_records: int | None = None, max_wait_ms: int = 0, min_bytes: int = 1,
+              upto_log_end: bool = False, from_log_start: bool = False,
+              committed_only: bool = False) -> Coroutine[Any, Any, FetchResult]:
+        read = self.fetch_path.fetch(topic, partition, offset, max_bytes=max_bytes,
+                                     max_records=max_records, max_wait_ms=max_wait_ms,
+                                     min_bytes=min_bytes, upto_log_end=upto_log_end,
+                                     from_log_start=from_log_start, committed_only=committed_only)
+        if not committed_only:
+            return read  # the path's own coroutine, as ``produce``'s
+        return self._fetch_committed(topic, partition, read)
+
+    async def _fetch_committed(self, topic: str, partition: int,
+                               read: Coroutine[Any, Any, FetchResult]) -> FetchResult:
+        """A read up to the last stable offset: the partition's transaction table loaded first."""
+        try:
             await self.transactions.table(await self.ctx.ready_partition(topic, partition))
-        return await self.fetch_path.fetch(topic, partition, offset, max_bytes=max_bytes,
-                                           max_records=max_records, max_wait_ms=max_wait_ms,
-                                           min_bytes=min_bytes, upto_log_end=upto_log_end,
-                                           from_log_start=from_log_start, committed_only=committed_only)
+        except BaseException:
+            read.close()  # never awaited
+            raise
+        return await read
 
     # -- transactions (transactions.py) ---------------------------------------------------------
 
@@ -632,7 +643,8 @@ class Broker:
     async def check_leads(self, topic: str, partition: int) -> None:
         """Cluster mode: NotLeader (naming the leader) unless this broker leads the partition,
         for clients that read only at the leader (Kafka's); a leadership ZooKeeper already gives
-        this broker is waited for briefly, as a produce does. Standalone: nothing."""
+        this broker is waited for briefly, as a produce does. Standalone: nothing (callers on a
+        request's path may skip the await when ``clustered`` is false)."""
         await self.ctx.topology.check_leads(topic, partition)
 
     def epoch_end(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:

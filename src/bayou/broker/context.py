@@ -130,6 +130,12 @@ class BrokerContext:
             return self.topics.get(name)
         return None
 
+    def settled_partition(self, topic: str, partition: int) -> Partition | None:
+        """``partition(topic, partition)`` when ``ready_partition`` would not wait (None: await
+        it; it also tells an unknown topic or partition)."""
+        t = self.settled_topic(topic, partition)
+        return t.partitions[partition] if t is not None and 0 <= partition < len(t.partitions) else None
+
     async def has_topic(self, name: str) -> bool:
         """Whether ``name`` exists, for a request (in cluster mode: see ``ready_topic``)."""
         if name not in self.topics:

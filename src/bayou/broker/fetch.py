@@ -39,7 +39,9 @@ class FetchPath:
         self.ctx.authorize("poll", topic)
         if upto_log_end:  # records not yet committed: a replica's read (V1 BROKER_FETCH), not a consumer's
             self.ctx.authorizer.check("manage_servers")
-        part = await self.ctx.ready_partition(topic, partition)
+        part = self.ctx.settled_partition(topic, partition)
+        if part is None:
+            part = await self.ctx.ready_partition(topic, partition)
         if not upto_log_end:
             self._check_replica(part)
         if offset < 0:

@@ -324,12 +324,13 @@ async def _fetch_one(svc: KafkaService, p: _Part, budget: int) -> None:
                  "log_start_offset": -1, "preferred_read_replica": -1, "records": None}
     p.fields, p.size = f, 0
     try:
-        if not await broker.has_topic(p.topic):
+        if not (broker.topic_exists(p.topic) or await broker.has_topic(p.topic)):
             raise UnknownTopic(f"unknown topic {p.topic}")
         if not 0 <= p.partition < broker.partition_count(p.topic):
             raise UnknownPartition(f"topic {p.topic} has no partition {p.partition}")
         broker.check_readable(p.topic, p.partition)
-        await broker.check_leads(p.topic, p.partition)  # Kafka clients fetch from the leader
+        if broker.clustered:
+            await broker.check_leads(p.topic, p.partition)  # Kafka clients fetch from the leader
         start, hw = broker.partition_bounds(p.topic, p.partition)
         stable = await broker.last_stable_offset(p.topic, p.partition) if p.committed else hw
         f.update(high_watermark=hw, last_stable_offset=stable, log_start_offset=start)

@@ -166,7 +166,8 @@ class RtesService:
     # -- data ----------------------------------------------------------------------------------
 
     async def _partitions(self, topic: str) -> int:
-        await self.broker.has_topic(topic)  # cluster mode: a topic made elsewhere is waited for
+        if not self.broker.topic_exists(topic):
+            await self.broker.has_topic(topic)  # cluster mode: a topic made elsewhere is waited for
         return self.broker.partition_count(topic)
 
     async def produce(self, r: m.Produce) -> str:

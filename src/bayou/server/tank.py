@@ -188,7 +188,7 @@ class TankService:
                 results.append(m.ProduceTopicResult(topic_error=ProduceError.READ_ONLY) if topic.entries
                                else m.ProduceTopicResult())
                 continue
-            if not await self.broker.has_topic(topic.name):
+            if not (self.broker.topic_exists(topic.name) or await self.broker.has_topic(topic.name)):
                 ordering.skip(len(topic.entries))
                 results.append(m.ProduceTopicResult(topic_error=ProduceError.UNKNOWN_TOPIC) if topic.entries
                                else m.ProduceTopicResult())
@@ -256,7 +256,8 @@ class TankService:
         for t in req.topics:
             # a topic the connection may not read is answered as unknown: TANK's consume has no
             # "not allowed" code (tank-cli reports "Unknown topic" and exits 1)
-            if not self._may("poll", t.name) or not await self.broker.has_topic(t.name):
+            if not self._may("poll", t.name) or not (self.broker.topic_exists(t.name)
+                                                      or await self.broker.has_topic(t.name)):
                 answers.append((m.ConsumeUnknownTopic(t.name, len(t.partitions)), []))
                 immediate = True
                 continue
