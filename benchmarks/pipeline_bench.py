@@ -13,8 +13,14 @@ one-message (100-byte) produce requests on one connection and reads the replies 
 - **rate**: a steady ``--rate`` requests/s for ``--seconds`` (open loop: each request's latency
   counts from when it was due, so a stall is not hidden): the rate reached, p50/p99.
 
+``--floor`` first runs the Kafka requests against ``floor_server.py`` (uvloop, a callback
+protocol, a fixed reply per request, nothing decoded or stored): the part of a request's cost that
+any Python asyncio server pays on this machine (the event loop, the socket reads and writes), so
+the rest of bayou's figure is its own.
+
     .venv/bin/python benchmarks/pipeline_bench.py
     .venv/bin/python benchmarks/pipeline_bench.py --fsync always --protocols kafka,cursus
+    .venv/bin/python benchmarks/pipeline_bench.py --floor --fsync never --window 1 --rate 0
 """
 
 from __future__ import annotations
@@ -63,6 +69,39 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _main_thread_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid``'s main thread so far."""
+    stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+    fields = stat.rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_for_port(proc: subprocess.Popen[bytes], port: int, deadline: float) -> None:
+    while True:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("server did not start")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.05)
+
+
+class Floor:
+    """``floor_server.py``: a fixed reply per Kafka-framed request, on a callback protocol."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floor_server.py")),
+                                      str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_for_port(self.proc, self.port, time.monotonic() + 30)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
 class Broker:
     def __init__(self, fsync: str) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="bayou-pipe-"))
@@ -77,18 +116,11 @@ class Broker:
             stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         for port in self.ports.values():
-            while True:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("broker did not start")
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-                    break
-                time.sleep(0.05)
+            _wait_for_port(self.proc, port, deadline)
 
     def loop_cpu(self) -> float:
         """CPU seconds of the broker's main thread (its event loop) so far."""
-        stat = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/stat").read_text()
-        fields = stat.rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return _main_thread_cpu(self.proc.pid)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -326,11 +358,27 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=10_000, help="requests/s (rate run; 0 skips it)")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds one run may take")
+    ap.add_argument("--floor", action="store_true",
+                    help="first the same Kafka requests against floor_server.py (a fixed reply per "
+                         "request): the event loop's and the kernel's share of a request's cost")
     ap.add_argument("--profile", metavar="FILE",
                     help="record the broker with py-spy (.svg: a flame graph; .txt: collapsed stacks)")
     args = ap.parse_args()
     print(f"one connection, one {len(VALUE)}-byte message per produce request, pipelined "
           f"(window {args.window}; steady {args.rate:,}/s for {args.seconds:g} s)")
+    if args.floor:
+        floor = Floor()
+        try:
+            cpu = _main_thread_cpu(floor.proc.pid)
+            got = _run(window_run(floor.port, Kafka(), args.requests, args.window), args.timeout)
+            cpu = (_main_thread_cpu(floor.proc.pid) - cpu) / args.requests * 1e6
+            print(f"{'floor':<12} {'fixed reply':<20} window: {got}   loop {cpu:4.0f} us/request", flush=True)
+            if args.rate:
+                got = _run(rate_run(floor.port, Kafka(), args.rate, args.seconds), args.timeout,
+                           with_max=True)
+                print(f"{'floor':<12} {'fixed reply':<20} rate:   {got}", flush=True)
+        finally:
+            floor.stop()
     for fsync in args.fsync.split(","):
         broker = Broker(fsync)
         spy = None
