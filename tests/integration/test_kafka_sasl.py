@@ -363,3 +363,41 @@ def test_a_fetch_session_is_told_at_once_when_its_read_permission_goes(broker: B
             await conn.close()
 
     asyncio.run(run())
+
+
+def test_a_user_without_permissions_cannot_probe_topic_names(broker: BrokerProcess) -> None:
+    """Produce and Fetch check the user's permission before the topic's existence, as Kafka does:
+    a user who may not send or poll gets TOPIC_AUTHORIZATION_FAILED for a topic that does not
+    exist as for one that does (UNKNOWN_TOPIC_OR_PARTITION used to tell them apart)."""
+    from bayou.records.batch import Record, encode_batch
+
+    user = f"np-{uuid.uuid4().hex[:8]}"
+    _create_user_over_http(broker, user, "np-pw-1")
+    status, doc = admin_api.call(broker.http_port, "PUT", f"/users/{user}/permissions", {"permissions": None},
+                                 auth=admin_api.basic("iggy", "iggy"))
+    assert status == 200, doc
+    missing = f"nope-{uuid.uuid4().hex[:8]}"
+
+    async def run() -> None:
+        conn = await KafkaConn.open(broker.port)
+        try:
+            assert (await conn.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")).error_code == 0
+            login = await conn.call(ApiKey.SASL_AUTHENTICATE, auth_bytes=f"\0{user}\0np-pw-1".encode())
+            assert login.error_code == 0, login
+            batch = encode_batch([Record(b"v", b"k", int(time.time() * 1000))])
+            sent = await conn.call(ApiKey.PRODUCE, 7, transactional_id=None, acks=1, timeout=5000,
+                                   topic_data=[{"name": missing, "partition_data": [
+                                       {"index": 0, "records": batch}]}])
+            assert [p.error_code for t in sent.responses for p in t.partition_responses] == [
+                ErrorCode.topic_authorization_failed]
+            read = await conn.call(ApiKey.FETCH, 12, replica_id=-1, max_wait=0, min_bytes=1,
+                                   max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                                   topics=[{"topic": missing, "partitions": [
+                                       {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
+                                   rack_id="")
+            assert [p.error_code for t in read.responses for p in t.partitions] == [
+                ErrorCode.topic_authorization_failed]
+        finally:
+            await conn.close()
+
+    asyncio.run(run())

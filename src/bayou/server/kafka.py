@@ -239,6 +239,7 @@ async def _produce_partition(svc: KafkaService, topic: str, index: int, records:
         try:
             if not records:
                 raise InvalidRequest("a produce without a record batch")
+            broker.authorize("send", topic)  # before existence: no probing of topic names, as Kafka
             if not (broker.topic_exists(topic) or await broker.has_topic(topic)):
                 raise UnknownTopic(f"unknown topic {topic}")
             if not 0 <= index < broker.partition_count(topic):
@@ -324,6 +325,7 @@ async def _fetch_one(svc: KafkaService, p: _Part, budget: int) -> None:
                  "log_start_offset": -1, "preferred_read_replica": -1, "records": None}
     p.fields, p.size = f, 0
     try:
+        broker.authorize("poll", p.topic)  # before existence: no probing of topic names, as Kafka
         if not (broker.topic_exists(p.topic) or await broker.has_topic(p.topic)):
             raise UnknownTopic(f"unknown topic {p.topic}")
         if not 0 <= p.partition < broker.partition_count(p.topic):
