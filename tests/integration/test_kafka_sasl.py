@@ -324,6 +324,15 @@ def test_scram_credentials_survive_a_restart(tmp_path: Path) -> None:
         refused(conf(b, "changed-pw-1", mechanism="SCRAM-SHA-256", user="changed"))
 
 
+async def _plain_login(b: BrokerProcess, user: str, password: str) -> KafkaConn:
+    """A Kafka connection logged in with SASL PLAIN."""
+    conn = await KafkaConn.open(b.port)
+    assert (await conn.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")).error_code == 0
+    login = await conn.call(ApiKey.SASL_AUTHENTICATE, auth_bytes=f"\0{user}\0{password}".encode())
+    assert login.error_code == 0, login
+    return conn
+
+
 def test_a_fetch_session_is_told_at_once_when_its_read_permission_goes(broker: BrokerProcess) -> None:
     """An incremental fetch skips the reads of caught-up partitions (fetch sessions, KIP-227), but
     not the permission check: once the user may no longer poll, the next fetch says so, with no
@@ -333,11 +342,8 @@ def test_a_fetch_session_is_told_at_once_when_its_read_permission_goes(broker: B
     topic = f"fs-{uuid.uuid4().hex[:8]}"
 
     async def run() -> None:
-        conn = await KafkaConn.open(broker.port)
+        conn = await _plain_login(broker, user, "fs-pw-1")
         try:
-            assert (await conn.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")).error_code == 0
-            login = await conn.call(ApiKey.SASL_AUTHENTICATE, auth_bytes=f"\0{user}\0fs-pw-1".encode())
-            assert login.error_code == 0, login
             made = await conn.call(ApiKey.CREATE_TOPICS, timeout=5000, topics=[
                 {"name": topic, "num_partitions": 1, "replication_factor": 1}])
             assert made.topics[0].error_code == ErrorCode.none, made
@@ -379,11 +385,8 @@ def test_a_user_without_permissions_cannot_probe_topic_names(broker: BrokerProce
     missing = f"nope-{uuid.uuid4().hex[:8]}"
 
     async def run() -> None:
-        conn = await KafkaConn.open(broker.port)
+        conn = await _plain_login(broker, user, "np-pw-1")
         try:
-            assert (await conn.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")).error_code == 0
-            login = await conn.call(ApiKey.SASL_AUTHENTICATE, auth_bytes=f"\0{user}\0np-pw-1".encode())
-            assert login.error_code == 0, login
             batch = encode_batch([Record(b"v", b"k", int(time.time() * 1000))])
             sent = await conn.call(ApiKey.PRODUCE, 7, transactional_id=None, acks=1, timeout=5000,
                                    topic_data=[{"name": missing, "partition_data": [
