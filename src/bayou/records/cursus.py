@@ -151,6 +151,16 @@ def encode_message(m: CursusMessage, out: bytearray) -> None:
     out += m.metadata
 
 
+_NO_EVENT = _U16.pack(0) + _SCHEMA_AGG_DLEN.pack(0, 0, 0)  # no event type, versions 0, no metadata
+
+
+def encode_plain_message(payload: bytes, seq_num: int, producer_id: bytes, key: bytes, epoch: int) -> bytes:
+    """``encode_message`` of a message at offset 0 without the event-sourcing fields (PUBLISH's),
+    in one join instead of a ``CursusMessage`` and ten appends."""
+    return b"".join((_OFF_SEQ_PLEN.pack(0, seq_num, len(producer_id)), producer_id, _U16.pack(len(key)), key,
+                     _EPOCH_PLEN.pack(epoch, len(payload)), payload, _NO_EVENT))
+
+
 def message_to_record(m: CursusMessage, offset: int, timestamp: int) -> Record:
     headers: list[tuple[str, bytes]] = []
     if m.producer_id:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bayou.protocols.cursus.batch import BatchHead, encode_batch
 from bayou.protocols.cursus.commands import (
@@ -79,6 +82,22 @@ def test_message_takes_the_rest_of_the_line() -> None:
     assert dict(c.args) == {"topic": "accounts", "key": "k", "version": "2", "metadata": '{"s":1}'}
     assert _cmd(b"PUBLISH topic=t message=").message == ""
     assert _cmd(b"PUBLISH topic=t xmessage=hi").message == "hi"  # a substring match, as in H
+
+
+_GO_FIELDS = re.compile("[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab=1 \t\n\x0b\x0c\r\x1c\x1f\x85\xa0\u2003\u3000\u00e9")))
+def test_split_args_splits_on_gos_spaces_only(text: str) -> None:
+    """The ASCII fast path (str.split) and the general one agree with Go's strings.Fields: \\x1c-\\x1f
+    are spaces to Python's str.split but not to Go."""
+    args: dict[str, str] = {}
+    for token in _GO_FIELDS.split(text):
+        key, sep, value = token.partition("=")
+        if sep:
+            args[key] = value
+    assert split_args(text) == (args, None)
 
 
 def test_split_args() -> None:
@@ -165,7 +184,8 @@ def test_command_is_immutable() -> None:
     ("0", 0), ("-1", -1), ("+5", 5), ("007", 7), ("9223372036854775807", (1 << 63) - 1),
     ("-9223372036854775808", -(1 << 63)), ("9223372036854775808", None), ("", None), ("-", None),
     ("1a", None), (" 1", None), ("1 ", None), ("\uff11", None), ("1_0", None), ("0x10", None),
-    ("0" * 5000 + "1", 1), ("9" * 5000, None),
+    ("0" * 5000 + "1", 1), ("9" * 5000, None), ("9" * 18, 10**18 - 1),
+    ("\u0661\u0662", None), ("\u00b2", None),
 ])
 def test_parse_int(text: str, value: int | None) -> None:
     assert parse_int(text) == value

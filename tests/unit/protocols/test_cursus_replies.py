@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bayou.protocols.cursus.replies import ErrorCode, Quoted, Raw, error, go_quote, json_ack, json_body, ok
 
@@ -84,6 +86,21 @@ def test_json_ack_exact() -> None:
         b'"seq_end":0,"error":"empty batch messages"}')
     assert json_ack((1 << 64) - 1, -(1 << 63), "p", 0, (1 << 64) - 1).startswith(
         b'{"status":"OK","last_offset":18446744073709551615,"producer_epoch":-9223372036854775808,')
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(), st.binary()),
+       st.lists(st.integers(-(1 << 63), (1 << 64) - 1), min_size=4, max_size=4))
+def test_json_ack_formats_what_json_body_would(producer_id: str | bytes, ints: list[int]) -> None:
+    """The direct format of the usual ack (no error) is byte for byte json_body's, asked twice
+    (the second answer comes from the remembered producer ids)."""
+    last, epoch, first_seq, last_seq = ints
+    text = producer_id.decode("utf-8", "surrogateescape") if isinstance(producer_id, bytes) else producer_id
+    want = json_body({"status": "OK", "last_offset": last, "producer_epoch": epoch, "producer_id": text,
+                      "seq_start": first_seq, "seq_end": last_seq})
+    assert json_ack(last, epoch, producer_id, first_seq, last_seq) == want
+    assert json_ack(last, epoch, producer_id, first_seq, last_seq, error="") == want
+    assert json.loads(want)["producer_id"] == json.loads(json_body(text))
 
 
 def test_json_body_escapes_like_go() -> None:

@@ -4,6 +4,8 @@ decode_records, message_ids and producer_sequences."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bayou.errors import CorruptRecord
 from bayou.protocols.iggy.messages import Message
@@ -18,7 +20,7 @@ from bayou.records.batch import (
     producer_sequences,
 )
 from bayou.records.compression import Compression
-from bayou.records.cursus import FORMAT_CURSUS, CursusMessage, encode_message
+from bayou.records.cursus import FORMAT_CURSUS, CursusMessage, encode_message, encode_plain_message
 from bayou.records.formats import FORMAT_RECORDS, FORMATS, payload_format
 from bayou.records.iggy import FORMAT_IGGY
 from bayou.records.model import Record
@@ -85,3 +87,14 @@ def test_ids_and_producer_sequences_come_from_the_formats_that_carry_them() -> N
     records = encode_batch([Record(b"a", message_id=5), Record(b"b")], compression=Compression.GZIP)
     assert message_ids(records) == [(0, 5)]
     assert message_ids(tank_batch([b"a"])) == [] and producer_sequences(tank_batch([b"a"])) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, (1 << 64) - 1), st.binary(max_size=70), st.binary(max_size=70),
+       st.integers(-(1 << 63), (1 << 63) - 1))
+def test_a_plain_cursus_message_encodes_as_encode_message_does(payload: bytes, seq: int, producer: bytes,
+                                                                key: bytes, epoch: int) -> None:
+    """PUBLISH's one-join encoder is encode_message of the same message (offset 0, no event fields)."""
+    out = bytearray()
+    encode_message(CursusMessage(payload, 0, seq, producer, key, epoch), out)
+    assert encode_plain_message(payload, seq, producer, key, epoch) == bytes(out)

@@ -137,7 +137,8 @@ def split_args(text: str) -> tuple[dict[str, str], str | None]:
         message = text[cut + len(_MESSAGE) :].strip(_TRIM)
         text = text[:cut]
     args: dict[str, str] = {}
-    for token in _FIELDS.split(text):
+    # printable ASCII has one space character, so str.split is Go's strings.Fields there
+    for token in text.split() if text.isascii() and text.isprintable() else _FIELDS.split(text):
         key, sep, value = token.partition("=")
         if sep:
             args[key] = value
@@ -197,6 +198,8 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 def parse_int(value: str) -> int | None:
     """Go ``strconv.Atoi`` on 64 bits: optional sign, ASCII digits; None when it fails. Only the
     significant digits reach int(), so a long run of zeros is fine and int() never sees >19 digits."""
+    if len(value) < 19 and value.isdigit() and value.isascii():  # the usual case: a few digits
+        return int(value)
     if not _ATOI.match(value):
         return None
     digits = value.lstrip("+-").lstrip("0") or "0"

@@ -13,7 +13,7 @@ from bayou.protocols.cursus import batch as cb
 from bayou.protocols.cursus import replies
 from bayou.protocols.cursus import requests as rq
 from bayou.records.batch import HEADER_SIZE, assemble_batch
-from bayou.records.cursus import FORMAT_CURSUS, CursusMessage, decode_message, encode_message, stamp_offsets
+from bayou.records.cursus import FORMAT_CURSUS, decode_message, encode_plain_message, stamp_offsets
 from bayou.records.hashing import fnv1a_32
 from bayou.server.base import Connection
 from bayou.server.cursus.context import ConnState, Context, err, refuse
@@ -99,9 +99,8 @@ class ProduceHandlers:
             p = fnv1a_32(req.key.encode()) % n
         else:
             p = self.broker.next_round_robin(topic, n)
-        out = bytearray()
-        encode_message(CursusMessage(req.message.encode(), 0, req.seq_num, req.producer_id.encode(),
-                                     req.key.encode(), req.epoch), out)
+        out = encode_plain_message(req.message.encode(), req.seq_num, req.producer_id.encode(),
+                                   req.key.encode(), req.epoch)
         last = await self._append_messages(topic, p, out, [0, len(out)], acks)
         return replies.json_ack(last, req.epoch, req.producer_id, req.seq_num, req.seq_num)
 
