@@ -26,7 +26,7 @@ IGGY09STAMP = $(IGGY09)/.installed-apache-iggy-$(IGGY09_VERSION)
 ZOOKEEPER_JAR = /usr/share/java/zookeeper.jar
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test install dev iggy-sdks zookeeper promtool chromium kcat lint typecheck bench bench-iggy bench-sdk bench-spark bench-peers pipeline spark-package clean
+.PHONY: run test install dev iggy-sdks zookeeper promtool chromium kcat lint typecheck bench bench-iggy bench-sdk bench-spark bench-peers bench-instructions pipeline spark-package clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -130,6 +130,18 @@ $(PEERS):
 
 bench-peers: $(DEVSTAMP) $(PEERS)
 	$(PY) benchmarks/peers.py
+
+# valgrind from Debian, for benchmarks/request_instructions.py (instructions per request: a figure
+# that does not move with the machine's load, unlike the wall-clock ones)
+VALGRIND = /usr/bin/valgrind
+
+$(VALGRIND):
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends valgrind \
+	  || ($(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -q --no-install-recommends valgrind)
+
+bench-instructions: $(STAMP) $(VALGRIND)
+	$(PY) benchmarks/request_instructions.py
 
 bench-sdk: $(STAMP)
 	$(PY) benchmarks/sdk_bench.py
