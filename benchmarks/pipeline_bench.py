@@ -251,7 +251,7 @@ class V1(Proto):
     name, port_key = "v1 (not pipelined)", "rtes"
 
     async def setup(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        w.write(f"V1|0|CREATE_TOPIC|{TOPIC} 1\n".encode())
+        w.write(f"V1|0|ADMIN_CREATE_TOPIC|{TOPIC} 1 1\n".encode())  # or it exists (another protocol made it)
         await r.readline()
 
     def request(self, i: int) -> bytes:
