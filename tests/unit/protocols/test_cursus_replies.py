@@ -103,6 +103,20 @@ def test_json_ack_formats_what_json_body_would(producer_id: str | bytes, ints: l
     assert json.loads(want)["producer_id"] == json.loads(json_body(text))
 
 
+def test_json_ack_remembers_a_bounded_set_of_short_producer_ids() -> None:
+    """A client cannot make the ack's memory of producer ids hold more than a bound: long ids are
+    not kept, and the table is emptied when full."""
+    from bayou.protocols.cursus import replies
+
+    long_id = "p" * 100_000
+    assert json_ack(1, 0, long_id, 1, 1) == json_body({"status": "OK", "last_offset": 1, "producer_epoch": 0,
+                                                       "producer_id": long_id, "seq_start": 1, "seq_end": 1})
+    assert long_id not in replies._QUOTED_IDS
+    for i in range(3 * replies._MAX_QUOTED_IDS):
+        json_ack(1, 0, f"producer-{i}", 1, 1)
+        assert len(replies._QUOTED_IDS) <= replies._MAX_QUOTED_IDS
+
+
 def test_json_body_escapes_like_go() -> None:
     assert json_body({"a": "<b>&\u2028\u2029"}) == b'{"a":"\\u003cb\\u003e\\u0026\\u2028\\u2029"}'
     assert json_body({"a": "\n\t\x01\"\\"}) == b'{"a":"\\n\\t\\u0001\\"\\\\"}'

@@ -187,6 +187,7 @@ _ACK = (b'{"status":"OK","last_offset":%d,"producer_epoch":%d,"producer_id":%s,"
         b'"seq_end":%d}')
 _QUOTED_IDS: dict[str | bytes, bytes] = {}  # producer id -> its JSON string (a connection sends one)
 _MAX_QUOTED_IDS = 1024
+_MAX_QUOTED_ID = 256  # longer ids are quoted each time: what is remembered stays under about 2 MB
 
 
 def _quoted_id(producer_id: str | bytes) -> bytes:
@@ -194,6 +195,8 @@ def _quoted_id(producer_id: str | bytes) -> bytes:
     if quoted is None:
         quoted = json_body(producer_id.decode("utf-8", "surrogateescape") if isinstance(producer_id, bytes)
                            else producer_id)
+        if len(producer_id) > _MAX_QUOTED_ID:
+            return quoted
         if len(_QUOTED_IDS) >= _MAX_QUOTED_IDS:
             _QUOTED_IDS.clear()
         _QUOTED_IDS[producer_id] = quoted
