@@ -36,6 +36,7 @@ from bayou.records.formats import ProducerSequence
 from bayou.storage.log import AppendInfo
 
 log = logging.getLogger("bayou.broker")
+_ALL = Acks.ALL  # (an Enum member read through its class costs a metaclass __getattr__ hook in 3.11)
 Stamp = Callable[[bytearray, int], None]  # writes the assigned offsets into a batch (produce)
 
 
@@ -100,17 +101,20 @@ class ProducePath:
             if self.ctx.topology.clustered:  # a single node leads every partition
                 await self._await_leadership(part)
             self.ctx.check_leader(part)
-            self._check_insync(part, acks)
-            defer = self._defers(part)
+            # (_check_insync, _defers and _epoch inline: this runs once per produce request)
+            rs = part.replica_state
+            if acks == _ALL:
+                rs.check_insync(part)
+            log = part.log
+            defer = log.config.fsync.mode == "always"
             if stamp is None:
-                info = part.log.append(batch, at_offset=at_offset, leader_epoch=self._epoch(part),
-                                       defer=defer)
+                info = log.append(batch, at_offset=at_offset, leader_epoch=rs.epoch(part), defer=defer)
             else:
-                info = part.log.append(batch, verify_crc=False, stamp=stamp, at_offset=at_offset,
-                                       leader_epoch=self._epoch(part), defer=defer)
+                info = log.append(batch, verify_crc=False, stamp=stamp, at_offset=at_offset,
+                                  leader_epoch=rs.epoch(part), defer=defer)
         finally:
             ordering.appended()  # appended, refused or forwarded: the next request may go on
-        if acks != Acks.ALL and not defer:  # nothing to wait for: no coroutine either
+        if acks != _ALL and not defer:  # nothing to wait for: no coroutine either
             return self._acknowledged(part, info)
         return await self._acknowledge(part, info, acks)
 

@@ -28,6 +28,7 @@ from bayou.errors import (
 )
 from bayou.records.batch import (
     HEADER_SIZE,
+    LENGTH_PREFIX,
     MAX_OFFSET,
     BatchHeader,
     Record,
@@ -245,16 +246,17 @@ class PartitionLog:
         caller that waits for ``sync_to`` past the batch before anything depends on it.
         """
         header = decode_header(batch)
-        if header.size != len(batch):
+        size = len(batch)  # (the header's ``size``, a property: read once here)
+        if header.batch_length + LENGTH_PREFIX != size:
             raise CorruptRecord("batch length does not match its header")
-        if header.size > self.config.max_batch_bytes:
-            raise RecordTooLarge(f"batch of {header.size} bytes exceeds {self.config.max_batch_bytes}")
+        if size > self.config.max_batch_bytes:
+            raise RecordTooLarge(f"batch of {size} bytes exceeds {self.config.max_batch_bytes}")
         if header.sparse:
             if not 1 <= header.record_count <= header.last_offset_delta + 1:
                 raise CorruptRecord("record count does not fit the batch's offset span")
         elif header.record_count != header.last_offset_delta + 1:
             raise CorruptRecord("record count does not match last offset delta")
-        if verify_crc and batch_crc(batch, 0, header.size) != header.crc:
+        if verify_crc and batch_crc(batch, 0, size) != header.crc:
             raise CorruptRecord("batch CRC mismatch")
         buf = batch if isinstance(batch, bytearray) else bytearray(batch)
         now = now_ms()
@@ -265,7 +267,7 @@ class PartitionLog:
             if self.fsync_error is not None:
                 raise StorageError(self._fsync_offline())
             try:
-                self._maybe_roll(header.size, now)
+                self._maybe_roll(size, now)
             except OSError as exc:  # no room for the new segment file (ENOSPC, EDQUOT)
                 self.drop_unwritten()  # the roll writes the pending bytes first
                 raise StorageError(f"cannot start a new segment: {exc}") from exc
@@ -296,8 +298,8 @@ class PartitionLog:
                 if not self.drop_unwritten():  # its flush of the pending bytes failed
                     self._undo_partial_write()
                 raise StorageError(f"append failed: {exc}") from exc
-            return AppendInfo(base, placed.last_offset, header.record_count, header.max_timestamp,
-                              header.size, self.drops)
+            return AppendInfo(base, base + header.last_offset_delta, header.record_count,
+                              header.max_timestamp, size, self.drops)
 
     def drop_unwritten(self) -> bool:
         """Undo the deferred appends whose write failed (ENOSPC, EIO): none of them was

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bayou.errors import CorruptRecord, StorageError
-from bayou.records.batch import HEADER_SIZE, BatchHeader, decode_header
+from bayou.records.batch import HEADER_SIZE, LENGTH_PREFIX, BatchHeader, decode_header
 from bayou.storage.cached import pread_cached
 from bayou.storage.fsutil import fsync
 from bayou.storage.handles import HandleCache, default_cache
@@ -121,37 +121,41 @@ class Segment:
         docstring); return its position."""
         if self.damage is not None:
             raise CorruptRecord(f"{self.path} is damaged at position {self.damage[0]}: not appending")
-        if defer and len(self._pending) + header.size > MAX_PENDING:
+        size = header.batch_length + LENGTH_PREFIX  # header.size, without the property's call
+        base = header.base_offset
+        if defer and len(self._pending) + size > MAX_PENDING:
             defer = False
-        if not defer:
+        if not defer and self._pending:
             self.flush()
         pos = self.size
         if self._bytes_since_index >= self.index_interval_bytes or (not self.index.positions and pos == 0):
-            rel = header.base_offset - self.base_offset
+            rel = base - self.base_offset
             self.index.append(rel, pos)
             self.time_index.maybe_append(max(self.max_timestamp, header.max_timestamp), rel)
             self._bytes_since_index = 0
         if defer:
             with self._pending_lock:
                 if not self._pending:
-                    self._pending_first = (pos, header.base_offset)
+                    self._pending_first = (pos, base)
                 self._pending += data
-                self.size += header.size
+                self.size += size
         else:
-            view = memoryview(data)
             with self._flush_lock, self.file.use() as fd:
-                while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
+                n = os.write(fd, data)
+                if n < size:  # a short write: the rest
+                    view = memoryview(data)[n:]
+                    while view:
+                        n = os.write(fd, view)
+                        view = view[n:]
                 with self._pending_lock:  # a part written before a failure is cut (undo_partial_write)
-                    self._in_file += header.size
-            self.size += header.size
-        self._bytes_since_index += header.size
+                    self._in_file += size
+            self.size += size
+        self._bytes_since_index += size
         recent = self._recent
         if len(recent) >= 2 * _RECENT:
             recent = self._recent = recent[_RECENT:]
-        recent.append((header.base_offset, pos))
-        self.next_offset = header.next_offset
+        recent.append((base, pos))
+        self.next_offset = base + header.last_offset_delta + 1
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
         if self.created_ms is None:

@@ -532,3 +532,25 @@ def test_delete_removes_files(tmp_path: Path) -> None:
     assert len(list((tmp_path / "p").iterdir())) > 3
     lg.delete()
     assert list((tmp_path / "p").iterdir()) == []
+
+
+def test_a_short_write_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.write may take less than it was given: the append writes the rest, and the batches
+    read back whole and in order (the write-through path, fsync not ``always``)."""
+    real_write = os.write
+    calls = {"n": 0}
+
+    def seven_bytes_at_a_time(fd: int, data: bytes) -> int:
+        calls["n"] += 1
+        return real_write(fd, bytes(data)[:7])
+
+    log = open_log(tmp_path / "p")
+    monkeypatch.setattr(os, "write", seven_bytes_at_a_time)
+    for i in range(5):
+        log.append(make_batch(3, start_ts=1_000 + i, value=b"short%d" % i))
+    monkeypatch.setattr(os, "write", real_write)
+    assert calls["n"] > 5 * 10  # every batch took many writes
+    assert [r.offset for r in read_all(log)] == list(range(15))
+    assert [r.value for r in read_all(log)] == [b"short%d%d" % (i, j) for i in range(5) for j in range(3)]
+    assert sum(os.stat(s.path).st_size for s in log.segments) == log.size_bytes
+    log.close()
