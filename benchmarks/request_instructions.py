@@ -28,6 +28,12 @@ write (frame splitting and the write are not counted):
   (what ``_serve``'s per-frame ``handle`` does), for a legacy-transport SendMessages after a login;
 - **v1**: ``RtesService.handle_line(line)`` for ``V1|<cid>|PRODUCE|topic k:<100 bytes>``.
 
+``--socket`` measures whole broker subprocesses instead, served through a socket one request at a
+time (pipeline_bench.py's client and requests; the client's setup, its login and topic, made in
+both runs and so subtracted), and ``floor_server.py`` (a fixed reply per request) beside them: what
+the connection layer adds to the handler's figure. The kernel's work (the loopback send, which
+runs the client's receive too) is not counted by valgrind.
+
 Needs valgrind (``apt-get install valgrind``). The children run with PYTHONHASHSEED=0 and
 OPENBLAS_NUM_THREADS=1 (numpy's BLAS threads spin for a time-dependent while: without it a child's
 count varies by ~20 M instructions), ``--jobs`` at a time (the counts do not depend on it). Run
@@ -46,6 +52,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -244,6 +251,10 @@ async def child(protocol: str, n: int) -> None:
 
 # -- the parent: each child under valgrind with N=0 and N=--requests ------------------------------
 
+_CHILD_ENV = {"PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT / "src"), "OPENBLAS_NUM_THREADS": "1",
+              "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def _run_child(protocol: str, n: int, valgrind: bool) -> tuple[int, float]:
     """(instructions, seconds of the measured loop) of one child run; instructions 0 without valgrind."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", protocol, str(n)]
@@ -251,8 +262,7 @@ def _run_child(protocol: str, n: int, valgrind: bool) -> tuple[int, float]:
         cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *cmd]
     # numpy (imported by bayou.records.v2columns) starts OpenBLAS threads that spin for a while:
     # millions of instructions that vary with timing, unless there are none
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(ROOT / "src"), OPENBLAS_NUM_THREADS="1",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(os.environ, **_CHILD_ENV)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
@@ -267,6 +277,46 @@ def _run_child(protocol: str, n: int, valgrind: bool) -> tuple[int, float]:
     return refs, float(result["seconds"])
 
 
+# -- --socket: a broker subprocess under valgrind, driven through a socket ------------------------
+
+def _socket_run(protocol: str, n: int) -> int:
+    """Instructions (cachegrind I refs) of a whole broker subprocess (``floor``: floor_server.py)
+    that served ``n`` one-message produce requests of ``protocol`` one at a time (window 1, so no
+    coalescing, which a valgrind-slowed broker would see more of), pipeline_bench.py's client
+    and requests; with ``n`` 0 only the client's setup (login, topic) is made."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import pipeline_bench as pb
+
+    tmp = Path(tempfile.mkdtemp(prefix="bayou-ri-sock-"))
+    try:
+        ports = {k: pb._free_port() for k in ("rtes", "cursus", "iggy", "tank", "kafka")}
+        if protocol == "floor":
+            cmd = [sys.executable, str(Path(__file__).with_name("floor_server.py")), str(ports["kafka"])]
+        else:
+            cmd = [sys.executable, "-m", "bayou", "serve", "--data-dir", str(tmp / "data"), "--http", "off",
+                   "--fsync", "never", "--advertised-host", "127.0.0.1", "--log-level", "warning",
+                   *(arg for k, port in ports.items() for arg in (f"--{k}", f"127.0.0.1:{port}"))]
+        log = tmp / "valgrind.txt"
+        proc = subprocess.Popen(["valgrind", "--tool=cachegrind", "--cache-sim=no",
+                                 "--cachegrind-out-file=/dev/null", f"--log-file={log}", *cmd],
+                                env=dict(os.environ, **_CHILD_ENV), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            proto = pb.PROTOCOLS["kafka" if protocol == "floor" else protocol]()
+            port = ports[proto.port_key]
+            pb._wait_for_port(proc, port, time.monotonic() + 600)
+            asyncio.run(pb.window_run(port, proto, n, 1))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(600)
+        refs = re.findall(r"\bI\s+refs:\s+([\d,]+)", log.read_text())
+        if not refs:
+            raise SystemExit(f"{protocol} (socket, N={n}): no 'I refs:' line from valgrind")
+        return int(refs[-1].replace(",", ""))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--protocols", default=",".join(PROTOCOLS),
@@ -275,6 +325,9 @@ def main() -> None:
     ap.add_argument("--wall", action=argparse.BooleanOptionalAction, default=True,
                     help="also the wall time per request of a plain (non-valgrind) child run")
     ap.add_argument("--jobs", type=int, default=2, help="children run at a time")
+    ap.add_argument("--socket", action="store_true",
+                    help="instead: whole broker subprocesses under valgrind, served through a socket "
+                         "one request at a time, and floor_server.py for comparison")
     ap.add_argument("--child", nargs=2, metavar=("PROTOCOL", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -288,6 +341,17 @@ def main() -> None:
         raise SystemExit("--requests must be positive")
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind not found: install it (apt-get install valgrind)")
+    if args.socket:
+        print(f"instructions per one-message ({len(VALUE)}-byte) produce request of a broker subprocess "
+              f"served through a socket one at a time, fsync=never ({args.requests:,} requests; "
+              "cachegrind I refs, user space only)", flush=True)
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            runs = {(p, n): pool.submit(_socket_run, p, n) for p in ("floor", *protocols)
+                    for n in (0, args.requests)}
+            for p in ("floor", *protocols):
+                per = (runs[p, args.requests].result() - runs[p, 0].result()) / args.requests
+                print(f"{p if p != 'floor' else 'floor (fixed reply)':<20} {per:>12,.0f}", flush=True)
+        return
     print(f"instructions per one-message ({len(VALUE)}-byte) produce request, in process, fsync=never, "
           f"acks=1 ({args.requests:,} requests after {WARMUP} warm-up; cachegrind I refs)", flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
