@@ -125,7 +125,9 @@ class Segment:
         base = header.base_offset
         if defer and len(self._pending) + size > MAX_PENDING:
             defer = False
-        if not defer and self._pending:
+        if not defer:
+            # always through flush: it takes the flush lock, so it waits for another thread's
+            # write of pending bytes, which a failed write puts back in front of this batch
             self.flush()
         pos = self.size
         if self._bytes_since_index >= self.index_interval_bytes or (not self.index.positions and pos == 0):
