@@ -101,17 +101,16 @@ class ProducePath:
             if self.ctx.topology.clustered:  # a single node leads every partition
                 await self._await_leadership(part)
             self.ctx.check_leader(part)
-            # (_check_insync, _defers and _epoch inline: this runs once per produce request)
+            # (_check_insync and _epoch inline: this runs once per produce request)
             rs = part.replica_state
             if acks == _ALL:
                 rs.check_insync(part)
-            log = part.log
-            defer = log.config.fsync.mode == "always"
+            defer = self._defers(part)
             if stamp is None:
-                info = log.append(batch, at_offset=at_offset, leader_epoch=rs.epoch(part), defer=defer)
+                info = part.log.append(batch, at_offset=at_offset, leader_epoch=rs.epoch(part), defer=defer)
             else:
-                info = log.append(batch, verify_crc=False, stamp=stamp, at_offset=at_offset,
-                                  leader_epoch=rs.epoch(part), defer=defer)
+                info = part.log.append(batch, verify_crc=False, stamp=stamp, at_offset=at_offset,
+                                       leader_epoch=rs.epoch(part), defer=defer)
         finally:
             ordering.appended()  # appended, refused or forwarded: the next request may go on
         if acks != _ALL and not defer:  # nothing to wait for: no coroutine either
