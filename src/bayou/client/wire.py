@@ -456,22 +456,35 @@ def _runs_batch(runs: list[_Run], total: int, topic: str, partition: int, includ
     return _batch(values, keys, offsets, stamps, headers, topic, partition)
 
 
+_TIMESTAMP_TYPE = KAFKA_SCHEMA.field("timestamp").type
+_NO_HEADERS = pa.array([], type=KAFKA_HEADERS_TYPE.value_type)
+
+
+def _fixed(type_: pa.DataType, n: int, data: np.ndarray) -> pa.Array:
+    """A fixed-width column without nulls over ``data``'s buffer (``pa.array`` costs several
+    times more for the few rows of a poll at the log end)."""
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(data)])
+
+
 def _empty_headers(count: int) -> pa.Array:
-    return pa.ListArray.from_arrays(pa.array(np.zeros(count + 1, dtype=np.int32)),
-                                    pa.array([], type=KAFKA_HEADERS_TYPE.value_type))
+    offsets = pa.py_buffer(np.zeros(count + 1, np.int32))
+    return pa.Array.from_buffers(KAFKA_HEADERS_TYPE, count, [None, offsets], children=[_NO_HEADERS])
 
 
 def _batch(values: pa.Array, keys: pa.Array, offsets: np.ndarray, stamps: np.ndarray, headers: pa.Array,
            topic: str, partition: int) -> pa.RecordBatch:
     n = len(values)
+    name = topic.encode()
+    topics = pa.Array.from_buffers(pa.string(), n, [
+        None, pa.py_buffer(np.arange(0, (n + 1) * len(name), len(name) or 1, dtype=np.int32)
+                           if name else np.zeros(n + 1, np.int32)), pa.py_buffer(name * n)])
     return pa.RecordBatch.from_arrays([
         keys,
         values,
-        pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([topic])
-                                       ).dictionary_decode() if n else pa.array([], type=pa.string()),
-        pa.array(np.full(n, partition, dtype=np.int32)),
-        pa.array(offsets, type=pa.int64()),
-        pa.array(stamps, type=pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(np.full(n, LOG_APPEND_TIME, dtype=np.int32)),
+        topics,
+        _fixed(pa.int32(), n, np.full(n, partition, dtype=np.int32)),
+        _fixed(pa.int64(), n, np.ascontiguousarray(offsets, dtype=np.int64)),
+        _fixed(_TIMESTAMP_TYPE, n, np.ascontiguousarray(stamps, dtype=np.int64)),
+        _fixed(pa.int32(), n, np.full(n, LOG_APPEND_TIME, dtype=np.int32)),
         headers,
     ], schema=KAFKA_SCHEMA)
