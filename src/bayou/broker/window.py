@@ -12,7 +12,7 @@ batch past what it serves is never decoded (and its damage, if any, never report
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from bayou.records.batch import BatchHeader, Record
@@ -50,22 +50,42 @@ def served_as_stored(h: BatchHeader, native: int) -> bool:
     return h.payload_format == native and not h.compression
 
 
-async def window(batches: Iterable[tuple[int, BatchHeader]], native: int, start: int,
-                 decode: Callable[[int, BatchHeader], Awaitable[list[Record]]], *,
-                 stop: int = NO_STOP) -> AsyncIterator[Piece]:
+def window(batches: Iterable[tuple[int, BatchHeader]], native: int, start: int,
+           decode: Callable[[int, BatchHeader], Awaitable[list[Record]]], *,
+           stop: int = NO_STOP) -> AsyncIterator[Piece]:
     """The pieces of ``batches`` ((position, header) pairs, in log order) for offsets
     ``start..stop-1``, for a reader whose payload format is ``native``. ``decode(pos, header)``
-    returns every record of a batch to convert (the caller chooses where that work runs)."""
-    for pos, h in batches:
-        lo = max(start, h.base_offset)
-        hi = min(h.next_offset, stop)
-        if hi <= lo:
-            continue
-        if served_as_stored(h, native):
-            yield Stored(pos, h, lo, hi)
-        else:
-            records = await decode(pos, h)
+    returns every record of a batch to convert (the caller chooses where that work runs).
+
+    An iterator object, not an async generator: a reader that stops early (it has enough) leaves
+    nothing to finalize, where an abandoned async generator makes the event loop schedule its
+    ``aclose()`` from a finalizer (a thread-safe call and a task on every such fetch)."""
+    return _Window(iter(batches), native, start, decode, stop)
+
+
+class _Window:
+    __slots__ = ("_batches", "_decode", "_native", "_start", "_stop")
+
+    def __init__(self, batches: Iterator[tuple[int, BatchHeader]], native: int, start: int,
+                 decode: Callable[[int, BatchHeader], Awaitable[list[Record]]], stop: int) -> None:
+        self._batches, self._native, self._decode = batches, native, decode
+        self._start, self._stop = start, stop
+
+    def __aiter__(self) -> _Window:
+        return self
+
+    async def __anext__(self) -> Piece:
+        start, stop = self._start, self._stop
+        for pos, h in self._batches:
+            lo = max(start, h.base_offset)
+            hi = min(h.next_offset, stop)
+            if hi <= lo:
+                continue
+            if served_as_stored(h, self._native):
+                return Stored(pos, h, lo, hi)
+            records = await self._decode(pos, h)
             if lo > h.base_offset or hi < h.next_offset:
                 records = [r for r in records if lo <= r.offset < hi]
             if records:  # none: a control batch (a Kafka transaction marker), or a sparse gap
-                yield Converted(h, lo, hi, records)
+                return Converted(h, lo, hi, records)
+        raise StopAsyncIteration

@@ -3,6 +3,11 @@ other is decoded once; only the batches the reader asks for are decoded."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import inspect
+import sys
+
 from bayou.broker.window import NO_STOP, Converted, Stored, served_as_stored, window
 from bayou.records.batch import BatchHeader, decode_header, decode_records, encode_batch, iter_batches
 from bayou.records.compression import Compression
@@ -65,3 +70,40 @@ def test_served_as_stored_only_in_the_readers_format_uncompressed() -> None:
     headers = [h for _pos, h in iter_batches(DATA)]
     assert [served_as_stored(h, FORMAT_CURSUS) for h in headers] == [True, False, True, False]
     assert [served_as_stored(h, 0) for h in headers] == [False, True, False, False]
+
+
+def test_a_reader_that_stops_early_leaves_nothing_for_the_loop_to_finalize() -> None:
+    """``window`` is an iterator object, not an async generator: an abandoned async generator
+    makes the running loop schedule its ``aclose()`` from the garbage collector's finalizer (a
+    thread-safe call and a task), once per fetch that stopped early, which is most of them."""
+    w = window(iter_batches(DATA), FORMAT_CURSUS, 0, _never_decode)
+    assert not inspect.isasyncgen(w)
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        finalized = 0
+        first, finalize = sys.get_asyncgen_hooks()
+
+        def counting(agen: object) -> None:
+            nonlocal finalized
+            finalized += 1
+            if finalize is not None:
+                finalize(agen)  # type: ignore[arg-type]
+
+        sys.set_asyncgen_hooks(first, counting)
+        try:
+            for _ in range(3):
+                out, _decoded = await pieces(0, enough=1)
+                assert len(out) == 1
+            gc.collect()
+            await asyncio.sleep(0)
+        finally:
+            sys.set_asyncgen_hooks(first, finalize)
+        assert loop.is_running()
+        return finalized
+
+    assert asyncio.run(main()) == 0
+
+
+async def _never_decode(pos: int, h: BatchHeader) -> list[Record]:
+    raise AssertionError("nothing is decoded before it is asked for")
