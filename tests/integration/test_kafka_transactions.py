@@ -284,3 +284,26 @@ def test_a_wait_for_messages_is_not_ended_by_a_trailing_marker(broker: BrokerPro
         started = time.monotonic()
         assert c.wait_for_messages({topic: {0: 1}}, 300) == 0
         assert time.monotonic() - started >= 0.25
+
+
+def test_a_waiting_poll_is_not_ended_by_a_trailing_marker(broker: BrokerProcess) -> None:
+    """POLL_BATCHES with a wait (the SDK consumer's poll of one partition) waits on records too: a
+    poll from the marker after a committed transaction's last record waits its time, and the next
+    transaction's record ends it."""
+    topic = name()
+    create(broker, topic)
+    p = producer(broker, name("id"))
+    p.begin_transaction()
+    p.produce(topic, b"c1", partition=0)
+    p.commit_transaction(30)  # the record at 0, the marker at 1
+    with Client(f"127.0.0.1:{broker.iggy_port}") as c:
+        assert c.fetch_arrow(topic, 0, 0, 10, max_wait_ms=5000).column("value").to_pylist() == [b"c1"]
+        started = time.monotonic()
+        assert c.fetch_arrow(topic, 0, 1, 10, max_wait_ms=300).num_rows == 0
+        assert time.monotonic() - started >= 0.25
+        p.begin_transaction()
+        p.produce(topic, b"c2", partition=0)
+        p.commit_transaction(30)  # the record at 2, the marker at 3
+        got = c.fetch_arrow(topic, 0, 1, 10, max_wait_ms=5000)
+        assert got.column("offset").to_pylist() == [2]
+        assert got.column("value").to_pylist() == [b"c2"]

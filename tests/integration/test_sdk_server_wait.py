@@ -129,6 +129,22 @@ def _requests(broker: BrokerProcess, name: str) -> float:
         return 0.0
 
 
+def _polled_while_sent(broker: BrokerProcess, consumer: Consumer, topic: str, partition: int) -> None:
+    """A record sent 0.3 s into a poll of up to 20 s comes back from that poll, well before its end."""
+    def send_later() -> None:
+        time.sleep(0.3)
+        with Client(_boot(broker)) as sender:
+            sender.send(topic, partition, [b"hello"])
+
+    t = threading.Thread(target=send_later)
+    started = time.monotonic()
+    t.start()
+    got = consumer.poll(timeout_ms=20_000)
+    t.join(10)
+    assert [(r.partition, r.value) for r in got] == [(partition, b"hello")]
+    assert time.monotonic() - started < 10
+
+
 def test_the_consumer_waits_at_the_broker_and_gets_a_record_at_once(broker: BrokerProcess) -> None:
     with Client(_boot(broker)) as admin:
         admin.create_topic("wait-consumer", 2)
@@ -144,17 +160,91 @@ def test_the_consumer_waits_at_the_broker_and_gets_a_record_at_once(broker: Brok
         assert _requests(broker, "WAIT_FOR_MESSAGES") - waits >= 1
         assert _requests(broker, "POLL_MESSAGES") == legacy  # bayou's SDK polls bayou with POLL_BATCHES
 
-        def send_later() -> None:
-            time.sleep(0.3)
-            with Client(_boot(broker)) as sender:
-                sender.send("wait-consumer", 1, [b"hello"])
+        _polled_while_sent(broker, consumer, "wait-consumer", 1)
+    finally:
+        consumer.close()
 
-        t = threading.Thread(target=send_later)
+
+# -- POLL_BATCHES with a wait: the long poll of one partition in one round trip ------------------
+
+
+def test_a_waiting_poll_returns_the_record_that_arrives(broker: BrokerProcess) -> None:
+    with Client(_boot(broker)) as waiter, Client(_boot(broker)) as sender:
+        waiter.create_topic("poll-wait", 2)
         started = time.monotonic()
-        t.start()
-        got = consumer.poll(timeout_ms=20_000)
-        t.join(10)
-        assert [(r.partition, r.value) for r in got] == [(1, b"hello")]
+        t, out = _in_thread(lambda: waiter.fetch_arrow("poll-wait", 1, 0, 10, max_wait_ms=20_000))
+        time.sleep(0.3)
+        assert not out, "the poll ended with nothing to read"
+        sender.send("poll-wait", 0, [b"elsewhere"])  # another partition: the poll goes on waiting
+        sender.send("poll-wait", 1, [b"v1", b"v2"])
+        t.join(15)
+        (batch,) = out
+        assert batch.column("value").to_pylist() == [b"v1", b"v2"]  # type: ignore[attr-defined]
+        assert batch.column("partition").to_pylist() == [1, 1]  # type: ignore[attr-defined]
+        assert time.monotonic() - started < 15  # woken by the send, not by the 20 s deadline
+
+
+def test_a_waiting_poll_answers_at_once_when_records_are_there(broker: BrokerProcess) -> None:
+    with Client(_boot(broker)) as c:
+        c.create_topic("poll-there", 1)
+        c.send("poll-there", 0, [b"a", b"b", b"c"])
+        started = time.monotonic()
+        got = c.fetch_arrow("poll-there", 0, 1, 10, max_wait_ms=20_000)
+        assert got.column("offset").to_pylist() == [1, 2]
         assert time.monotonic() - started < 10
+
+
+def test_a_waiting_poll_with_nothing_ends_empty_at_its_deadline(broker: BrokerProcess) -> None:
+    with Client(_boot(broker)) as c:
+        c.create_topic("poll-empty", 1)
+        c.send("poll-empty", 0, [b"a"])
+        started = time.monotonic()
+        assert c.fetch_arrow("poll-empty", 0, 1, 10, max_wait_ms=400).num_rows == 0
+        assert time.monotonic() - started >= 0.35
+        # and the connection goes on serving
+        assert c.fetch_arrow("poll-empty", 0, 0, 10, max_wait_ms=400).column("value").to_pylist() == [b"a"]
+
+
+async def _raw_polls(port: int) -> list[int]:
+    conn = await legacy_login(port)
+    try:
+        await conn.call(m.CreateStream("poll-raw"))
+        await conn.call(m.CreateTopic(m.Identifier("poll-raw"), "t", 1))
+        req = m.PollBatches(m.Consumer(m.ConsumerKind.CONSUMER, m.Identifier(1)), m.Identifier("poll-raw"),
+                            m.Identifier("t"), 0, m.PollingStrategy(m.PollingKind.OFFSET, 0), 10, False, 50)
+        good = conn.frame(req)
+        short_wait = await conn.ask_code(Command.POLL_BATCHES, good[8:-1])  # 3 bytes of the u32
+        trailing = await conn.ask_code(Command.POLL_BATCHES, good[8:] + b"x")
+        no_such = await conn.ask_code(Command.POLL_BATCHES, good[8:].replace(b"poll-raw", b"poll-rax"))
+        after = await conn.ask_raw(good)
+        return [short_wait.status, trailing.status, no_such.status, after.status,
+                struct.unpack_from("<I", after.payload, 12)[0]]
+    finally:
+        await conn.close()
+
+
+def test_malformed_waiting_polls_get_iggy_statuses_and_the_connection_stays(broker: BrokerProcess) -> None:
+    short_wait, trailing, no_such, after, count = asyncio.run(_raw_polls(broker.iggy_port))
+    assert short_wait == trailing == Status.INVALID_COMMAND
+    assert no_such == Status.STREAM_NAME_NOT_FOUND
+    assert (after, count) == (0, 0)  # the same connection answers the next poll (after its wait)
+
+
+def test_the_consumer_of_one_partition_waits_in_its_poll(broker: BrokerProcess) -> None:
+    """One assigned partition: ``Consumer.poll`` asks POLL_BATCHES with a wait, one request per
+    wait, and no WAIT_FOR_MESSAGES; the record sent meanwhile comes back from that poll."""
+    with Client(_boot(broker)) as admin:
+        admin.create_topic("poll-consumer", 1)
+    consumer = Consumer(_boot(broker), auto_offset_reset="latest")
+    try:
+        consumer.assign([TopicPartition("poll-consumer", 0)])
+        assert consumer.poll(timeout_ms=50) == []  # the position known (the log end)
+        polls, waits = _requests(broker, "POLL_BATCHES"), _requests(broker, "WAIT_FOR_MESSAGES")
+        assert consumer.poll(timeout_ms=1500) == []
+        assert 1 <= _requests(broker, "POLL_BATCHES") - polls <= 3  # waits of up to a second each
+        assert _requests(broker, "WAIT_FOR_MESSAGES") == waits
+
+        _polled_while_sent(broker, consumer, "poll-consumer", 0)
+        assert _requests(broker, "WAIT_FOR_MESSAGES") == waits
     finally:
         consumer.close()

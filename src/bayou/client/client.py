@@ -100,12 +100,16 @@ class Client:
     # -- data ------------------------------------------------------------------------------------
 
     def fetch_arrow(self, topic: str, partition: int, offset: int, max_records: int = 10_000, *,
-                    end_offset: int | None = None, include_headers: bool = True) -> pa.RecordBatch:
+                    end_offset: int | None = None, include_headers: bool = True,
+                    max_wait_ms: int = 0) -> pa.RecordBatch:
         """Up to ``max_records`` records from ``offset`` (from the first stored one if ``offset``
         is below the log start; compare the first row's offset to notice), as a record batch in
-        ``KAFKA_SCHEMA``; rows at or past ``end_offset`` are left out."""
+        ``KAFKA_SCHEMA``; rows at or past ``end_offset`` are left out. ``max_wait_ms``: when
+        nothing is there yet, wait at the broker up to that long for a record (cut to half the
+        connection's ``timeout``; a broker without bayou's wait answers at once)."""
+        max_wait_ms = min(max_wait_ms, int(self.conn.timeout * 500))
         op = ops.fetch_arrow(self.resolver, topic, partition, offset, max_records, end_offset,
-                             include_headers)
+                             include_headers, max_wait_ms=max_wait_ms)
         result: pa.RecordBatch = self.run(op)
         return result
 
@@ -217,9 +221,12 @@ class AsyncClient:
         return result
 
     async def fetch_arrow(self, topic: str, partition: int, offset: int, max_records: int = 10_000, *,
-                          end_offset: int | None = None, include_headers: bool = True) -> pa.RecordBatch:
+                          end_offset: int | None = None, include_headers: bool = True,
+                          max_wait_ms: int = 0) -> pa.RecordBatch:
+        max_wait_ms = min(max_wait_ms, int(self.conn.timeout * 500))
         result: pa.RecordBatch = await self.run(ops.fetch_arrow(self.resolver, topic, partition, offset,
-                                                                max_records, end_offset, include_headers))
+                                                                max_records, end_offset, include_headers,
+                                                                max_wait_ms=max_wait_ms))
         return result
 
     async def send(self, topic: str, partition: int, values: Sequence[bytes | None],

@@ -238,6 +238,7 @@ class Consumer:
             self._maybe_auto_commit()
             out: list[pa.RecordBatch] = []
             taken = 0
+            waited = False
             n = len(self._assigned)
             for tp in [tp for tp in self._ahead if tp not in self._assigned]:
                 self._ahead.pop(tp)[1].cancel()
@@ -249,7 +250,12 @@ class Consumer:
                 want = limit - taken
                 batch = self._take_ahead(tp, pos, want)
                 if batch is None:
-                    batch = self.client.fetch_arrow(tp.topic, tp.partition, pos, want)
+                    # one partition: the poll itself waits at the broker for its next record (one
+                    # round trip where a wait and a poll take two); several: see _wait
+                    wait_ms = self._wait_ms(deadline) if n == 1 else 0
+                    batch = self.client.fetch_arrow(tp.topic, tp.partition, pos, want, max_wait_ms=wait_ms)
+                    resolver = self.client.resolver
+                    waited = wait_ms > 0 and resolver.poll_batches and resolver.poll_waits
                 if batch.num_rows:
                     last = batch.column(4)[batch.num_rows - 1].as_py()
                     self._positions[tp] = last + 1
@@ -261,7 +267,7 @@ class Consumer:
             left = deadline - time.monotonic()
             if out or left <= 0:
                 return out
-            if self._server_wait and self._assigned and self._wait(left):
+            if waited or (self._server_wait and self._assigned and self._wait(left)):
                 continue
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.1)
@@ -296,6 +302,16 @@ class Consumer:
             self._fetch_client = Client(bootstrap, username=username, password=password, timeout=timeout,
                                         tls=tls)
         return self._fetch_client.fetch_arrow(tp.topic, tp.partition, pos, limit)
+
+    def _wait_ms(self, deadline: float) -> int:
+        """How long a poll may wait at the broker: until ``deadline``, the next rebalance check, and
+        WAIT_SLICE_S (0: not at all, or a broker without the wait)."""
+        if not self._server_wait:
+            return 0
+        left = deadline - time.monotonic()
+        if self._subscribed:
+            left = min(left, self._next_check - time.monotonic())
+        return max(0, int(min(left, WAIT_SLICE_S) * 1000))
 
     def _wait(self, left: float) -> bool:
         """Wait at the broker until an assigned partition has a record past its position (at most

@@ -102,6 +102,7 @@ class Resolver:
     def __init__(self) -> None:
         self.cache: dict[str, Address] = {}
         self.poll_batches = True  # until the broker answers POLL_BATCHES as unknown
+        self.poll_waits = True  # until it answers a POLL_BATCHES with a wait as unknown
 
     def forget(self, topic: str) -> None:
         self.cache.pop(topic, None)
@@ -213,12 +214,27 @@ def offset_for_time(r: Resolver, topic: str, partition: int, timestamp_ms: int) 
 
 def fetch_arrow(r: Resolver, topic: str, partition: int, offset: int, max_records: int,
                 end_offset: int | None = None, include_headers: bool = True,
-                consumer: m.Consumer = SDK_CONSUMER) -> Op[pa.RecordBatch]:
+                consumer: m.Consumer = SDK_CONSUMER, max_wait_ms: int = 0) -> Op[pa.RecordBatch]:
     """Records from ``offset``, as an Arrow record batch. Asked with bayou's POLL_BATCHES (the V
     layout: the broker sends the frames it stores as they are); a broker without it (a real Iggy
-    server, an older bayou) answers InvalidCommand, and this client polls with POLL_MESSAGES."""
+    server, an older bayou) answers InvalidCommand, and this client polls with POLL_MESSAGES.
+    ``max_wait_ms``: when nothing is there yet, the broker answers once a record arrives or the
+    time passes (POLL_BATCHES' wait); a broker without that wait answers at once
+    (``r.poll_waits`` is then False)."""
     addr = yield from r.address(topic)
     strategy = m.PollingStrategy(m.PollingKind.OFFSET, offset)
+    if max_wait_ms > 0 and r.poll_batches and r.poll_waits:
+        try:
+            batches = m.PollBatches(consumer, *addr, partition, strategy, max_records, False, max_wait_ms)
+            payload = yield Raw(encode(batches), f"poll {topic}/{partition}")
+        except BayouClientError as exc:
+            if exc.status != Status.INVALID_COMMAND:
+                raise
+            r.poll_waits = False  # (and POLL_BATCHES itself is asked below)
+        else:
+            batch, _current = batches_to_arrow(payload, topic, partition, end_offset=end_offset,
+                                               include_headers=include_headers)
+            return batch
     if r.poll_batches:
         try:
             batches = m.PollBatches(consumer, *addr, partition, strategy, max_records, False)

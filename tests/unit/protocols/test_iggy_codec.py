@@ -465,6 +465,27 @@ def test_poll_batches_is_poll_messages_under_another_code() -> None:
     assert Command.POLL_BATCHES not in NON_REPLICATED_COMMANDS
 
 
+def test_poll_batches_may_carry_a_wait() -> None:
+    """bayou's long poll: a u32 wait (ms) after POLL_MESSAGES' fields, sent only when above 0 (a
+    poll without it is byte for byte the one older brokers take)."""
+    strategy = m.PollingStrategy(m.PollingKind.OFFSET, 12)
+    plain = codec.encode_request_frame(m.PollBatches(CONSUMER, S, T, 3, strategy, 100, False), Dialect.LEGACY)
+    waiting = m.PollBatches(CONSUMER, S, T, 3, strategy, 100, False, 2_500)
+    frame = codec.encode_request_frame(waiting, Dialect.LEGACY)
+    assert codec.encode_request_frame(m.PollBatches(CONSUMER, S, T, 3, strategy, 100, False, 0),
+                                      Dialect.LEGACY) == plain
+    assert frame[8:] == plain[8:] + struct.pack("<I", 2_500)
+    assert struct.unpack_from("<I", frame)[0] == len(frame) - 4
+    assert codec.decode_request(Dialect.LEGACY, Command.POLL_BATCHES, frame[8:]) == waiting
+    assert codec.decode_request(Dialect.LEGACY, Command.POLL_BATCHES, plain[8:]).max_wait_ms == 0
+    for bad in (frame[8:-1], frame[8:-3], frame[8:] + b"\0", plain[8:] + b"\0"):  # a cut or a longer tail
+        with pytest.raises(IggyError) as info:
+            codec.decode_request(Dialect.LEGACY, Command.POLL_BATCHES, bad)
+        assert info.value.status == Status.INVALID_COMMAND
+    with pytest.raises(IggyError):  # POLL_MESSAGES itself takes no wait
+        codec.decode_request(Dialect.LEGACY, Command.POLL_MESSAGES, frame[8:])
+
+
 def test_poll_batches_reply_is_the_v_layout() -> None:
     polled = m.PolledMessages(0, 9, (m.PolledMessage(8, 1_000, 900, 5, b"a", ()),
                                      m.PolledMessage(9, 1_000, 950, 6, b"bc", ())))

@@ -421,9 +421,15 @@ def _poll(payload: bytes, dialect: Dialect) -> m.Request:
 
 
 def _poll_batches(payload: bytes, dialect: Dialect) -> m.Request:
-    q = _poll(payload, dialect)
-    assert isinstance(q, m.PollMessages)
-    return m.PollBatches(q.consumer, q.stream, q.topic, q.partition_id, q.strategy, q.count, q.auto_commit)
+    """POLL_MESSAGES' fields, then an optional u32: the longest wait (ms) for a record."""
+    r = Reader(payload)
+    consumer, stream, topic, partition = _consumer_prefix(r, dialect)
+    strategy = r.strategy()
+    count = r.u32()
+    auto_commit = r.flag()
+    max_wait = r.u32() if r.remaining else 0
+    r.done()
+    return m.PollBatches(consumer, stream, topic, partition, strategy, count, auto_commit, max_wait)
 
 
 def _send(payload: bytes, dialect: Dialect) -> m.Request:
@@ -705,8 +711,11 @@ Encoder = Callable[[Any, Dialect], bytes]
 
 
 def _enc_poll(q: m.PollMessages, d: Dialect) -> bytes:
-    return (_enc_consumer_prefix(q.consumer, q.stream, q.topic, q.partition_id, d)
-            + enc_strategy(q.strategy) + U32.pack(q.count) + U8.pack(q.auto_commit))
+    out = (_enc_consumer_prefix(q.consumer, q.stream, q.topic, q.partition_id, d)
+           + enc_strategy(q.strategy) + U32.pack(q.count) + U8.pack(q.auto_commit))
+    if isinstance(q, m.PollBatches) and q.max_wait_ms:  # sent only when asked: older brokers take the rest
+        out += U32.pack(q.max_wait_ms)
+    return out
 
 
 def _enc_nothing(req: Any, dialect: Dialect) -> bytes:

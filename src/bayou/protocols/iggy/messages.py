@@ -542,8 +542,14 @@ class PollBatches(PollMessages):
     """bayou's extension (command 10101, the legacy transport only): POLL_MESSAGES with the same
     request, answered in the V layout (C.9: the 16-byte prefix, then batch records) instead of L's
     64-byte message headers. The broker serves the frames it stores as they are, where L needs each
-    message's header rewritten and its checksum computed; bayou's SDK reads the records column-wise."""
+    message's header rewritten and its checksum computed; bayou's SDK reads the records column-wise.
 
+    ``max_wait_ms`` (an optional u32 after POLL_MESSAGES' fields, sent only when above 0): when the
+    poll finds nothing past its start, the broker answers once a record arrives there or the time
+    passes (at most 30 s): a long poll in one round trip, where WAIT_FOR_MESSAGES and a poll take
+    two. A broker without it answers INVALID_COMMAND (trailing bytes)."""
+
+    max_wait_ms: int = 0
     command: ClassVar[Command] = Command.POLL_BATCHES
 
 

@@ -63,13 +63,60 @@ class FetchHandlers:
         return p if p in owned else None
 
     async def poll(self, s: Session, req: m.PollMessages) -> bytes | m.PolledMessages:
+        reply, empty, target = await self._poll(s, req)
+        wait_ms = min(req.max_wait_ms, WAIT_MAX_MS) if isinstance(req, m.PollBatches) else 0
+        if not empty or wait_ms <= 0 or self.broker.closing:
+            return reply
+        return await self._poll_waiting(s, req, reply, target, wait_ms)
+
+    async def _poll_waiting(self, s: Session, req: m.PollMessages, reply: bytes | m.PolledMessages,
+                            target: tuple[str, int, int] | None, wait_ms: int) -> bytes | m.PolledMessages:
+        """A POLL_BATCHES with ``max_wait_ms`` that found nothing: poll again once a record
+        arrives past its start (``target``: topic, partition, start), or answer empty when the
+        time passes. Records past the start that the poll did not return (transaction markers, a
+        timestamp not reached) end the wait at once, as they end WAIT_FOR_MESSAGES'."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
+        if target is None:  # nothing to wait on here (a member without partitions, read at the leader)
+            await asyncio.sleep(min(wait_ms, REMOTE_WAIT_MS) / 1000)  # a client looping on it does not spin
+            return (await self._poll(s, req))[0]
+        topic, p, start = target
+        await self.broker.known_records_end(topic, p)
+        polled_again = False
+        while True:
+            # registered before the end is read: an append in between still wakes the wait
+            waiters = self.broker.data_waiters([(topic, p)])
+            try:
+                if not waiters:  # the partition is gone
+                    return reply
+                if self.broker.records_end(topic, p) > start:
+                    if polled_again:
+                        return reply
+                else:
+                    left = deadline - loop.time()
+                    if left <= 0 or self.broker.closing:
+                        return reply
+                    await asyncio.wait(waiters, timeout=left)
+            finally:
+                for fut in waiters:
+                    fut.cancel()
+            reply, empty, target = await self._poll(s, req)
+            polled_again = True
+            if not empty or target is None:
+                return reply
+            topic, p, start = target
+
+    async def _poll(self, s: Session, req: m.PollMessages
+                    ) -> tuple[bytes | m.PolledMessages, bool, tuple[str, int, int] | None]:
+        """The poll's reply; whether it holds no message; and when it does not because its start
+        is at the log end, what a wait would watch (topic, partition, start; None: nothing)."""
         stream, topic = await self.ctx.resolve(req.stream, req.topic)
         self.ctx.permit(s, "poll", stream.id, topic.id)
         dialect = s.dialect or Dialect.LEGACY
         p = await self._poll_partition(s, stream, topic, req)
         if p is None:
             pid = m.RESYNC_PARTITION if dialect is Dialect.VSR and req.partition_id is not None else 0
-            return POLL_PREFIX.pack(pid, 0, 0)
+            return POLL_PREFIX.pack(pid, 0, 0), True, None
         kind = req.strategy.kind
         try:
             self.broker.check_readable(topic.topic, p)
@@ -102,17 +149,20 @@ class FetchHandlers:
         start = max(start, start_of_log)
         out_pid = self.ctx.partition_out(s, p)
         if req.count == 0 or start >= hw:
-            return POLL_PREFIX.pack(out_pid, current, 0)
+            waits_on = None if remote or req.count == 0 else (topic.topic, p, start)
+            return POLL_PREFIX.pack(out_pid, current, 0), True, waits_on
         # bayou's POLL_BATCHES: the V layout on the legacy transport (the stored frames as they are)
         layout = Dialect.VSR if isinstance(req, m.PollBatches) else dialect
         parts, count, last = await self._read(topic.topic, p, out_pid, start, req.count, hw, layout,
                                               not_before_us, remote=remote, envelope=s.envelopes)
         if req.auto_commit and count:
             await self.broker.commit_offset(key, topic.topic, p, last + 1)
+        # nothing read past the start (transaction markers only): a wait goes on from there
+        waits_on = None if count or remote else (topic.topic, p, start)
         if dialect is Dialect.SEED:
             assert isinstance(parts, list)
-            return m.PolledMessages(out_pid, current, tuple(parts))
-        return b"".join([POLL_PREFIX.pack(out_pid, current, count), *parts])
+            return m.PolledMessages(out_pid, current, tuple(parts)), not count, waits_on
+        return b"".join([POLL_PREFIX.pack(out_pid, current, count), *parts]), not count, waits_on
 
     async def wait(self, s: Session, req: m.WaitForMessages) -> bytes:
         """bayou's WAIT_FOR_MESSAGES (messages.WaitForMessages): a u32, how many of the listed
