@@ -248,3 +248,52 @@ def test_the_consumer_of_one_partition_waits_in_its_poll(broker: BrokerProcess) 
         assert _requests(broker, "WAIT_FOR_MESSAGES") == waits
     finally:
         consumer.close()
+
+
+async def _group_polls(port: int, *, ready: bool) -> tuple[list[int], float]:
+    """A group member owning two partitions polls with a wait of 3 s and names no partition (it
+    is given them in turn); a record is on partition 1 already (``ready``) or sent to partition 0
+    0.3 s in. How many each poll got, until one got it, and how long that took."""
+    name = f"poll-group-{int(ready)}"
+    conn, producer = await legacy_login(port), await legacy_login(port)
+    try:
+        stream, topic = m.Identifier(name), m.Identifier("t")
+        await conn.call(m.CreateStream(name))
+        await conn.call(m.CreateTopic(stream, "t", 2))
+        await conn.call(m.CreateConsumerGroup(stream, topic, "g"))
+        await conn.call(m.JoinConsumerGroup(stream, topic, m.Identifier("g")))
+
+        async def send(partition: int) -> None:
+            await producer.call(m.SendMessages(stream, topic, m.Partitioning.partition(partition),
+                                               (m.Message(b"v"),)))
+
+        poll = m.PollBatches(m.Consumer(m.ConsumerKind.GROUP, m.Identifier("g")), stream, topic, None,
+                             m.PollingStrategy(m.PollingKind.NEXT, 0), 10, True, 3000)
+        if ready:
+            await send(1)
+        started = time.monotonic()
+        later = None if ready else asyncio.create_task(asyncio.sleep(0.3))
+        counts: list[int] = []
+        while not counts or counts[-1] == 0:
+            if later is not None and later.done():
+                later = None
+                await send(0)
+            reply = await conn.ask(poll)
+            assert reply.status == 0
+            counts.append(struct.unpack_from("<I", reply.payload, 12)[0])
+            assert time.monotonic() - started < 10
+        return counts, time.monotonic() - started
+    finally:
+        await conn.close()
+        await producer.close()
+
+
+@pytest.mark.parametrize("ready", [True, False], ids=["ready", "sent-during-the-poll"])
+def test_a_group_member_naming_no_partition_is_not_held_on_an_empty_one(broker: BrokerProcess,
+                                                                        ready: bool) -> None:
+    """Review: the wait watched the partition the member's turn gave the poll, and the re-poll
+    after it took the next turn; a record on the other partition came back only at the end of
+    the whole wait (3 s). Such a poll waits at most 100 ms, as a client loops on it."""
+    counts, took = asyncio.run(_group_polls(broker.iggy_port, ready=ready))
+    assert counts[-1] == 1
+    assert took < 1.5, f"the record came back after {took:.2f} s of a 3 s wait"

@@ -74,10 +74,13 @@ class FetchHandlers:
         """A POLL_BATCHES with ``max_wait_ms`` that found nothing: poll again once a record
         arrives past its start (``target``: topic, partition, start), or answer empty when the
         time passes. Records past the start that the poll did not return (transaction markers, a
-        timestamp not reached) end the wait at once, as they end WAIT_FOR_MESSAGES'."""
+        timestamp not reached) end the wait at once, as they end WAIT_FOR_MESSAGES'. Without a
+        partition to watch, the wait is cut to REMOTE_WAIT_MS."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000
-        if target is None:  # nothing to wait on here (a member without partitions, read at the leader)
+        if target is None:
+            # nothing to wait on here: a group member without partitions or naming none, a
+            # partition read at its leader
             await asyncio.sleep(min(wait_ms, REMOTE_WAIT_MS) / 1000)  # a client looping on it does not spin
             return (await self._poll(s, req))[0]
         topic, p, start = target
@@ -117,6 +120,10 @@ class FetchHandlers:
         if p is None:
             pid = m.RESYNC_PARTITION if dialect is Dialect.VSR and req.partition_id is not None else 0
             return POLL_PREFIX.pack(pid, 0, 0), True, None
+        # a group member naming no partition is given its partitions in turn: a wait on the one
+        # this poll got would hold back records on the others (the wait is cut as for "remote")
+        named = self.ctx.partition_in(s, req.partition_id) is not None
+        turns = req.consumer.kind == m.ConsumerKind.GROUP and not named
         kind = req.strategy.kind
         try:
             self.broker.check_readable(topic.topic, p)
@@ -149,7 +156,7 @@ class FetchHandlers:
         start = max(start, start_of_log)
         out_pid = self.ctx.partition_out(s, p)
         if req.count == 0 or start >= hw:
-            waits_on = None if remote or req.count == 0 else (topic.topic, p, start)
+            waits_on = None if remote or turns or req.count == 0 else (topic.topic, p, start)
             return POLL_PREFIX.pack(out_pid, current, 0), True, waits_on
         # bayou's POLL_BATCHES: the V layout on the legacy transport (the stored frames as they are)
         layout = Dialect.VSR if isinstance(req, m.PollBatches) else dialect
@@ -158,7 +165,7 @@ class FetchHandlers:
         if req.auto_commit and count:
             await self.broker.commit_offset(key, topic.topic, p, last + 1)
         # nothing read past the start (transaction markers only): a wait goes on from there
-        waits_on = None if count or remote else (topic.topic, p, start)
+        waits_on = None if count or remote or turns else (topic.topic, p, start)
         if dialect is Dialect.SEED:
             assert isinstance(parts, list)
             return m.PolledMessages(out_pid, current, tuple(parts)), not count, waits_on
