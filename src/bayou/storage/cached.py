@@ -16,14 +16,17 @@ _UNSUPPORTED = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}
 MAX_BYTES = 256 * 1024  # the most one read on the event loop copies
 
 
-def pread_cached(fd: int, size: int, position: int) -> bytes:
+def pread_cached(fd: int, size: int, position: int, *, in_file: bool = False) -> bytes:
     """What ``os.pread(fd, size, position)`` returns (fewer bytes at the end of the file), taken
     from the page cache, or WouldBlock: for bytes not all cached, and for more than
-    ``MAX_BYTES`` (an event-loop read copies little)."""
+    ``MAX_BYTES`` (an event-loop read copies little). ``in_file``: the caller knows the range is
+    written (no ``fstat`` for the file's size; were it cut meanwhile, the short read is WouldBlock
+    and the thread's read tells)."""
     global _NOWAIT
     if _NOWAIT is None:
         raise WouldBlock
-    size = min(size, os.fstat(fd).st_size - position)
+    if not in_file:
+        size = min(size, os.fstat(fd).st_size - position)
     if size <= 0:
         return b""
     if size > MAX_BYTES:

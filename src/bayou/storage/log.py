@@ -598,7 +598,7 @@ class PartitionLog:
                 break
             try:
                 seg_size = self._readable_end(seg, damage)
-                pos, first = seg.find_position(offset, seg_size, nowait=nowait)
+                pos, first, seen, seen_at = seg.find_batch(offset, seg_size, nowait=nowait)
             except (OSError, ValueError):
                 return None  # the segment was deleted by retention while we looked
             except CorruptRecord:
@@ -612,9 +612,13 @@ class PartitionLog:
             # With a record limit, read in growing chunks rather than max_bytes at once: a small
             # CONSUME must not copy megabytes it is going to drop.
             chunk = size if max_records is None else min(size, max(first.size, READ_CHUNK))
+            lo = pos - seen_at
             try:
                 while True:
-                    data = seg.pread(chunk, pos, nowait=nowait)
+                    if len(seen) - lo >= chunk:  # the lookup read it already (a reader at the tail)
+                        data = seen[lo:lo + chunk]
+                    else:
+                        data = seg.pread(chunk, pos, nowait=nowait)
                     taken = 0
                     count = 0
                     next_off = first.base_offset

@@ -256,7 +256,7 @@ class Segment:
             self._flush_for_read()
         with self.file.use() as fd:
             if nowait:
-                return pread_cached(fd, size, position)
+                return pread_cached(fd, size, position, in_file=position + size <= self._in_file)
             return os.pread(fd, size, position)
 
     def lease_fd(self, seconds: float) -> int:
@@ -290,6 +290,13 @@ class Segment:
 
         Returns (size, None) when no batch at or after ``offset`` exists in this segment.
         """
+        pos, h, _seen, _at = self.find_batch(offset, end, nowait=nowait)
+        return pos, h
+
+    def find_batch(self, offset: int, end: int | None = None, *,
+                   nowait: bool = False) -> tuple[int, BatchHeader | None, bytes, int]:
+        """``find_position``, and the bytes its last read took with their position: a reader at
+        the tail finds the batch (and those after it) in them and need not read them again."""
         limit = self.size if end is None else end
         pos = self.index.lookup(max(0, offset - self.base_offset))
         # the batch lies within an index interval of pos: read that much first (a larger batch
@@ -307,12 +314,12 @@ class Segment:
             while len(chunk) - p >= HEADER_SIZE:
                 h = decode_header(chunk, p)
                 if h.next_offset > offset:
-                    return pos + p, h
+                    return pos + p, h, chunk, pos
                 p += h.size
             if p == 0:
                 break
             pos += p
-        return limit, None
+        return limit, None, b"", limit
 
     def find_timestamp_position(self, timestamp: int) -> tuple[int, BatchHeader | None]:
         """Position of the first batch whose max timestamp is >= ``timestamp``."""

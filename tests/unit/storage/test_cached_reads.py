@@ -211,9 +211,9 @@ def test_a_record_limited_read_stops_within_its_first_chunk(tmp_path: Path,
     sizes: list[int] = []
     real = cached.pread_cached
 
-    def spy(fd: int, size: int, position: int) -> bytes:
+    def spy(fd: int, size: int, position: int, *, in_file: bool = False) -> bytes:
         sizes.append(size)
-        return real(fd, size, position)
+        return real(fd, size, position, in_file=in_file)
 
     monkeypatch.setattr("bayou.storage.segment.pread_cached", spy)
     for start in (0, 1000, 4000):
@@ -221,3 +221,45 @@ def test_a_record_limited_read_stops_within_its_first_chunk(tmp_path: Path,
         assert r.record_count == 1000 and r.data[8:] == batch[8:]  # one whole batch (its own offset)
         assert r.next_offset == start + 1000
     assert max(sizes) <= MAX_BYTES
+
+
+def test_a_read_known_to_be_in_the_file_skips_the_size_and_a_cut_file_would_block(tmp_path: Path) -> None:
+    """``in_file``: the caller knows the range is written, so no fstat; if the file was cut
+    meanwhile, the short read is WouldBlock (the I/O thread's read then tells), never short data."""
+    path = tmp_path / "f"
+    path.write_bytes(b"0123456789" * 10)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        if cached._NOWAIT is None:
+            pytest.skip("no RWF_NOWAIT here")
+        assert pread_cached(fd, 10, 90, in_file=True) == b"0123456789"
+        os.ftruncate(fd, 95)
+        assert pread_cached(fd, 10, 90) == b"01234"  # the size looked up: what is there
+        with pytest.raises(WouldBlock):
+            pread_cached(fd, 10, 90, in_file=True)
+    finally:
+        os.close(fd)
+
+
+def test_a_read_at_the_tail_takes_the_batch_from_the_lookup_s_bytes(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader at the log end (the batch just appended): the offset lookup reads the bytes the
+    batch is in, and the read serves it from them instead of reading it again."""
+    log = PartitionLog(tmp_path / "p", LogConfig())
+    batches = [encode_batch([Record(b"v%d" % i, None, 1)], base_offset=i) for i in range(20)]
+    for b in batches:
+        log.append(b)
+    calls: list[tuple[int, int]] = []
+    real = cached.pread_cached
+
+    def spy(fd: int, size: int, position: int, *, in_file: bool = False) -> bytes:
+        calls.append((size, position))
+        return real(fd, size, position, in_file=in_file)
+
+    monkeypatch.setattr("bayou.storage.segment.pread_cached", spy)
+    for offset in (19, 18, 10):
+        calls.clear()
+        r = log.read(offset, 1 << 20, nowait=True)
+        assert [h.base_offset for _p, h in iter_batches(r.data)] == list(range(offset, 20))
+        assert r.data == b"".join(batches[offset:])
+        assert len(calls) == 1, calls  # the lookup's read only
