@@ -13,8 +13,10 @@ both directions work column-wise with numpy instead of per message.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -378,6 +380,21 @@ def batches_to_arrow(payload: bytes, topic: str, partition: int, *, end_offset: 
     return _cut(_runs_batch(runs, total, topic, partition, include_headers), end_offset), current
 
 
+@functools.lru_cache(maxsize=256)  # one per (payload, key) size in use: building one costs microseconds
+def _run_dtype(pl: int, hl: int) -> np.dtype[Any]:
+    """A V frame of ``pl`` payload bytes and ``hl`` header bytes (a ``bayou.key`` or nothing) as
+    one numpy record: the frame header's fields, the payload, the key's prefix and the key."""
+    fields = list(_V_FRAME_FIELDS)
+    if pl:
+        fields.append(("payload", f"V{pl}", V_FRAME_SIZE))
+    if hl:
+        fields += [("key_prefix", f"V{_KEY_PREFIX_SIZE}", V_FRAME_SIZE + pl),
+                   ("key", f"V{hl - _KEY_PREFIX_SIZE}", V_FRAME_SIZE + pl + _KEY_PREFIX_SIZE)]
+    names, formats, offsets = zip(*fields, strict=True)
+    return np.dtype({"names": list(names), "formats": list(formats), "offsets": list(offsets),
+                     "itemsize": V_FRAME_SIZE + pl + hl})
+
+
 def _uniform_run(payload: bytes, body: int, end: int, n: int, base: int, ts: int) -> _Run | None:
     _od, _td, hl, pl = _V_FRAME_HEAD.unpack_from(payload, body + 24)  # the first frame's sizes
     stride = V_FRAME_SIZE + pl + hl
@@ -386,15 +403,7 @@ def _uniform_run(payload: bytes, body: int, end: int, n: int, base: int, ts: int
     key_size = hl - _KEY_PREFIX_SIZE
     if hl and not 1 <= key_size <= _MAX_FIELD:
         return None
-    fields = list(_V_FRAME_FIELDS)
-    if pl:
-        fields.append(("payload", f"V{pl}", V_FRAME_SIZE))
-    if hl:
-        fields += [("key_prefix", f"V{_KEY_PREFIX_SIZE}", V_FRAME_SIZE + pl),
-                   ("key", f"V{key_size}", V_FRAME_SIZE + pl + _KEY_PREFIX_SIZE)]
-    names, formats, offsets = zip(*fields, strict=True)
-    rows = np.frombuffer(payload, np.dtype({"names": list(names), "formats": list(formats),
-                                            "offsets": list(offsets), "itemsize": stride}), n, body)
+    rows = np.frombuffer(payload, _run_dtype(pl, hl), n, body)
     if not ((rows["pl"] == pl).all() and (rows["hl"] == hl).all()):
         return None
     keys: pa.Array = pa.nulls(n, pa.binary())

@@ -15,6 +15,7 @@ from bayou.protocols.iggy.batches import (
     V_FRAME,
     decode_legacy_polled,
     decode_legacy_send,
+    decode_vsr_polled,
     encode_legacy_send,
     read_send_metadata,
 )
@@ -163,3 +164,17 @@ def test_a_v_record_from_walked_or_ranged_positions_is_the_same() -> None:
     for i0, i1 in ((0, 20), (3, 9), (19, 20)):
         assert vsr_record(1, frames, ranged, i0, i1, base_offset=7, append_us=9, origin_base=5) == \
             vsr_record(1, frames, walked, i0, i1, base_offset=7, append_us=9, origin_base=5)
+
+
+def test_a_v_record_of_few_or_many_frames_carries_checksums_a_0_9_client_verifies() -> None:
+    """The batch checksum chains the frames' checksums, gathered with slices for a few frames and
+    with numpy for more: both give records whose checksums verify."""
+    messages = [m.Message(b"q%03d" % i, i + 1) for i in range(20)]
+    frames, origin, stride = frames_from_messages(messages, now_us=5)
+    for positions in (frame_positions(frames, 0, len(frames), 20, stride),
+                      frame_positions(frames, 0, len(frames), 20)):
+        for i0, i1 in [(0, n) for n in range(1, 21)] + [(5, 14), (11, 20)]:
+            record = vsr_record(2, frames, positions, i0, i1, base_offset=100, append_us=9,
+                                origin_base=origin)
+            polled = decode_vsr_polled(POLL_PREFIX.pack(2, 119, i1 - i0) + record)  # checksums verified
+            assert [p.offset for p in polled.messages] == list(range(100 + i0, 100 + i1))

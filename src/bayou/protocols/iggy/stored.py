@@ -14,6 +14,7 @@ The hot paths work on bytes, batch at a time (STYLE performance habits):
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from collections.abc import Callable, Sequence
@@ -77,6 +78,7 @@ def _frame(msg_id: int, offset_delta: int, ts_delta: int, payload: bytes | memor
     return _U64.pack(h.intdigest()) + tail + bytes(payload) + bytes(headers)
 
 
+@functools.lru_cache(maxsize=256)  # one per message size in use; building one costs microseconds
 def _frame_dtype(stride: int) -> np.dtype[Any]:
     """The 48-byte frame header as a numpy record of ``stride`` bytes (payload and headers skipped)."""
     return np.dtype({"names": ["ck", "lo", "hi", "od", "hl", "pl", "rsv"],
@@ -199,6 +201,9 @@ def _tiled(positions: Sequence[int], expected: range) -> bool:
     return list(positions) == list(expected)
 
 
+_FEW = 8  # frames whose checksums are gathered with slices: numpy's fixed cost is more up to here
+
+
 def vsr_record(partition_id: int, data: bytes | memoryview, positions: Sequence[int], i0: int, i1: int,
                *, base_offset: int, append_us: int, origin_base: int) -> bytes:
     """Frames ``i0..i1-1`` of a stored batch as one V batch record (C.9): a fresh 256-byte header
@@ -213,7 +218,7 @@ def vsr_record(partition_id: int, data: bytes | memoryview, positions: Sequence[
     stride = (last - first) // count
     # every frame must be ``stride`` long, not just the first one and the average (60, 50, 70 bytes
     # would pass those two checks and read checksums from inside the frames)
-    if (stride * count == last - first and stride >= V_FRAME_SIZE
+    if (count > _FEW and stride * count == last - first and stride >= V_FRAME_SIZE
             and _tiled(positions[i0 : i1 + 1], range(first, last + 1, stride))):
         h.update(np.frombuffer(data, _frame_dtype(stride), count, offset=first)["ck"].tobytes())
     else:
@@ -251,6 +256,7 @@ _L_INDEX_DTYPE = np.dtype({"names": ["zero", "end", "ts"], "formats": ["<u4", "<
                            "offsets": [0, 4, 8], "itemsize": 16})
 
 
+@functools.lru_cache(maxsize=256)
 def _l_dtype(stride: int) -> np.dtype[Any]:
     """A 64-byte L message header and its body (payload, user headers) as one numpy record."""
     return np.dtype({"names": ["ck", "lo", "hi", "off", "ts", "origin", "hl", "pl", "rsv", "body"],
