@@ -297,3 +297,49 @@ def test_a_group_member_naming_no_partition_is_not_held_on_an_empty_one(broker: 
     counts, took = asyncio.run(_group_polls(broker.iggy_port, ready=ready))
     assert counts[-1] == 1
     assert took < 1.5, f"the record came back after {took:.2f} s of a 3 s wait"
+
+
+async def _one_partition_member_polls(port: int) -> tuple[float, int, float]:
+    """A group member owning the topic's one partition polls naming none, with a wait: an idle
+    poll of 600 ms, then one of 3 s with a record sent 0.3 s in. How long the first was held; what
+    the second got, and when."""
+    conn, producer = await legacy_login(port), await legacy_login(port)
+    try:
+        stream, topic = m.Identifier("poll-group-one"), m.Identifier("t")
+        await conn.call(m.CreateStream("poll-group-one"))
+        await conn.call(m.CreateTopic(stream, "t", 1))
+        await conn.call(m.CreateConsumerGroup(stream, topic, "g"))
+        await conn.call(m.JoinConsumerGroup(stream, topic, m.Identifier("g")))
+
+        def poll(wait: int) -> m.PollBatches:
+            return m.PollBatches(m.Consumer(m.ConsumerKind.GROUP, m.Identifier("g")), stream, topic, None,
+                                 m.PollingStrategy(m.PollingKind.NEXT, 0), 10, True, wait)
+
+        started = time.monotonic()
+        assert struct.unpack_from("<I", (await conn.ask(poll(600))).payload, 12)[0] == 0
+        idle = time.monotonic() - started
+
+        async def send_later() -> None:
+            await asyncio.sleep(0.3)
+            await producer.call(m.SendMessages(stream, topic, m.Partitioning.partition(0),
+                                               (m.Message(b"v"),)))
+
+        started = time.monotonic()
+        sender = asyncio.create_task(send_later())
+        reply = await conn.ask(poll(3000))
+        took = time.monotonic() - started
+        await sender
+        return idle, struct.unpack_from("<I", reply.payload, 12)[0], took
+    finally:
+        await conn.close()
+        await producer.close()
+
+
+def test_a_group_member_owning_one_partition_waits_on_it(broker: BrokerProcess) -> None:
+    """Review: the 100 ms cut of a member naming no partition is for one given several in turn; a
+    member owning one (one consumer per partition) waits on it: its record comes back from the
+    poll it was sent during, and an idle poll is held its time."""
+    idle, count, took = asyncio.run(_one_partition_member_polls(broker.iggy_port))
+    assert idle >= 0.5
+    assert count == 1
+    assert took < 2.5

@@ -42,25 +42,26 @@ class FetchHandlers:
         self.groups = groups  # a group consumer polls the partitions its group assigns it
 
     async def _poll_partition(self, s: Session, stream: StreamEntry, topic: TopicEntry,
-                              req: m.PollMessages) -> int | None:
+                              req: m.PollMessages) -> tuple[int | None, bool]:
         """The partition a poll reads, or None for "nothing to read" (a member without
-        partitions, or a V member naming a partition it no longer owns)."""
+        partitions, or a V member naming a partition it no longer owns); and whether it is one of
+        several the member is given in turn (a member naming none)."""
         p = self.ctx.partition_in(s, req.partition_id)
         if req.consumer.kind != m.ConsumerKind.GROUP:
             p = 0 if p is None else p
             self.ctx.check_partition(topic, p)
-            return p
+            return p, False
         group = self.ctx.group(topic, req.consumer.id)
         owned = await self.groups.member_partitions(s, stream, topic, group)
         if p is None:
             if not owned:
-                return None
+                return None, False
             key = (stream.id, topic.id, group.id)
             i = s.cursor.get(key, -1) + 1
             s.cursor[key] = i
-            return owned[i % len(owned)]
+            return owned[i % len(owned)], len(owned) > 1
         self.ctx.check_partition(topic, p)
-        return p if p in owned else None
+        return (p if p in owned else None), False
 
     async def poll(self, s: Session, req: m.PollMessages) -> bytes | m.PolledMessages:
         reply, empty, target = await self._poll(s, req)
@@ -116,14 +117,12 @@ class FetchHandlers:
         stream, topic = await self.ctx.resolve(req.stream, req.topic)
         self.ctx.permit(s, "poll", stream.id, topic.id)
         dialect = s.dialect or Dialect.LEGACY
-        p = await self._poll_partition(s, stream, topic, req)
+        # ``turns``: a group member naming no partition is given its several in turn; a wait on
+        # the one this poll got would hold back records on the others (cut as for "remote")
+        p, turns = await self._poll_partition(s, stream, topic, req)
         if p is None:
             pid = m.RESYNC_PARTITION if dialect is Dialect.VSR and req.partition_id is not None else 0
             return POLL_PREFIX.pack(pid, 0, 0), True, None
-        # a group member naming no partition is given its partitions in turn: a wait on the one
-        # this poll got would hold back records on the others (the wait is cut as for "remote")
-        named = self.ctx.partition_in(s, req.partition_id) is not None
-        turns = req.consumer.kind == m.ConsumerKind.GROUP and not named
         kind = req.strategy.kind
         try:
             self.broker.check_readable(topic.topic, p)
