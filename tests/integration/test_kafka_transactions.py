@@ -269,16 +269,23 @@ def test_every_other_protocol_reads_the_records_and_never_a_marker(broker: Broke
     assert asyncio.run(read()) == [(0, b"c1"), (1, b"c2"), (3, b"a1")]
 
 
-def test_a_wait_for_messages_is_not_ended_by_a_trailing_marker(broker: BrokerProcess) -> None:
-    """The SDK consumer's wait at the broker (WAIT_FOR_MESSAGES) counts records, not markers: a
-    consumer past the last record of a committed transaction waits instead of being woken at
-    once, again and again, by the marker after it."""
+def _one_committed_record(broker: BrokerProcess) -> tuple[str, Producer]:
+    """A new topic holding one committed transaction of one record (the record at 0, its commit
+    marker at 1), and the transactional producer that wrote it."""
     topic = name()
     create(broker, topic)
     p = producer(broker, name("id"))
     p.begin_transaction()
     p.produce(topic, b"c1", partition=0)
-    p.commit_transaction(30)  # the record at 0, the marker at 1
+    p.commit_transaction(30)
+    return topic, p
+
+
+def test_a_wait_for_messages_is_not_ended_by_a_trailing_marker(broker: BrokerProcess) -> None:
+    """The SDK consumer's wait at the broker (WAIT_FOR_MESSAGES) counts records, not markers: a
+    consumer past the last record of a committed transaction waits instead of being woken at
+    once, again and again, by the marker after it."""
+    topic, _producer = _one_committed_record(broker)  # the record at 0, the marker at 1
     with Client(f"127.0.0.1:{broker.iggy_port}") as c:
         assert c.wait_for_messages({topic: {0: 0}}, 5000) == 1
         started = time.monotonic()
@@ -290,12 +297,7 @@ def test_a_waiting_poll_is_not_ended_by_a_trailing_marker(broker: BrokerProcess)
     """POLL_BATCHES with a wait (the SDK consumer's poll of one partition) waits on records too: a
     poll from the marker after a committed transaction's last record waits its time, and the next
     transaction's record ends it."""
-    topic = name()
-    create(broker, topic)
-    p = producer(broker, name("id"))
-    p.begin_transaction()
-    p.produce(topic, b"c1", partition=0)
-    p.commit_transaction(30)  # the record at 0, the marker at 1
+    topic, p = _one_committed_record(broker)  # the record at 0, the marker at 1
     with Client(f"127.0.0.1:{broker.iggy_port}") as c:
         assert c.fetch_arrow(topic, 0, 0, 10, max_wait_ms=5000).column("value").to_pylist() == [b"c1"]
         started = time.monotonic()

@@ -223,26 +223,20 @@ def fetch_arrow(r: Resolver, topic: str, partition: int, offset: int, max_record
     (``r.poll_waits`` is then False)."""
     addr = yield from r.address(topic)
     strategy = m.PollingStrategy(m.PollingKind.OFFSET, offset)
-    if max_wait_ms > 0 and r.poll_batches and r.poll_waits:
+    # the waiting POLL_BATCHES, then the plain one: each asked until the broker says it lacks it
+    for wait in ((max_wait_ms, 0) if max_wait_ms > 0 and r.poll_waits else (0,)):
+        if not r.poll_batches:
+            break
         try:
-            batches = m.PollBatches(consumer, *addr, partition, strategy, max_records, False, max_wait_ms)
+            batches = m.PollBatches(consumer, *addr, partition, strategy, max_records, False, wait)
             payload = yield Raw(encode(batches), f"poll {topic}/{partition}")
         except BayouClientError as exc:
             if exc.status != Status.INVALID_COMMAND:
                 raise
-            r.poll_waits = False  # (and POLL_BATCHES itself is asked below)
-        else:
-            batch, _current = batches_to_arrow(payload, topic, partition, end_offset=end_offset,
-                                               include_headers=include_headers)
-            return batch
-    if r.poll_batches:
-        try:
-            batches = m.PollBatches(consumer, *addr, partition, strategy, max_records, False)
-            payload = yield Raw(encode(batches), f"poll {topic}/{partition}")
-        except BayouClientError as exc:
-            if exc.status != Status.INVALID_COMMAND:
-                raise
-            r.poll_batches = False
+            if wait:
+                r.poll_waits = False
+            else:
+                r.poll_batches = False
         else:
             batch, _current = batches_to_arrow(payload, topic, partition, end_offset=end_offset,
                                                include_headers=include_headers)
