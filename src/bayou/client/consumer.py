@@ -51,25 +51,44 @@ class ConsumerRecord(NamedTuple):
 
 def records_of(batch: pa.RecordBatch) -> list[ConsumerRecord]:
     """The rows of a ``KAFKA_SCHEMA`` batch as records, converted column by column: integers and
-    bytes straight from Arrow's buffers, the timestamp as integer microseconds (no datetime per
-    row), headers only when the batch has any."""
+    bytes straight from Arrow's buffers, the timestamp as integer milliseconds divided in numpy (no
+    datetime or Python division per row), and a column holding one value (the topic and partition
+    of a fetched batch, keys when none was sent, headers when there are none) as that one object
+    repeated, so a poll makes a Python object per row only for what differs between rows."""
     n = batch.num_rows
     if not n:
         return []
     col = batch.column
     names = batch.schema.names
-    micros = pc.cast(col(names.index("timestamp")), pa.int64()).to_pylist()
-    ts = [0 if t is None else t // 1000 for t in micros]
     headers_col = col(names.index("headers"))
     if len(pc.list_flatten(headers_col)) == 0:
         headers: Iterable[tuple[tuple[str, bytes | None], ...]] = itertools.repeat((), n)
     else:
         headers = [tuple((h["key"], h["value"]) for h in row) if row else ()
                    for row in headers_col.to_pylist()]
-    rows = zip(col(names.index("topic")).to_pylist(), col(names.index("partition")).to_pylist(),
-               col(names.index("offset")).to_pylist(), ts, col(names.index("key")).to_pylist(),
-               col(names.index("value")).to_pylist(), headers, strict=True)
+    rows = zip(_values(col(names.index("topic"))), _values(col(names.index("partition"))),
+               col(names.index("offset")).to_pylist(), _millis(col(names.index("timestamp"))),
+               _values(col(names.index("key"))), col(names.index("value")).to_pylist(), headers, strict=True)
     return list(map(tuple.__new__, itertools.repeat(ConsumerRecord), rows))  # no __new__ call per row
+
+
+def _values(column: pa.Array) -> Iterable[object]:
+    """A column's values as Python objects: one object repeated when every row holds the same
+    value (null included), else one per row."""
+    n = len(column)
+    if column.null_count == n:
+        return itertools.repeat(None, n)
+    if column.null_count == 0 and (n == 1 or pc.all(pc.equal(column, column[0])).as_py()):
+        return itertools.repeat(column[0].as_py(), n)
+    return column.to_pylist()  # type: ignore[no-any-return]
+
+
+def _millis(column: pa.Array) -> list[int]:
+    """A timestamp column (microseconds) as integer milliseconds, floored, a null as 0."""
+    micros = pc.cast(column, pa.int64())
+    if micros.null_count:
+        return [0 if t is None else t // 1000 for t in micros.to_pylist()]
+    return (micros.to_numpy() // 1000).tolist()  # type: ignore[no-any-return]
 
 
 class Consumer:
