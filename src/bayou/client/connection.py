@@ -13,10 +13,12 @@ import contextlib
 import socket
 import struct
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from bayou.client.errors import AuthenticationError, BrokerConnectionError, error_for
 from bayou.client.tls import TlsConfig
+from bayou.client.wire import FrameBuffer, UniformSend
 from bayou.protocols.iggy import codec
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codes import Command
@@ -69,6 +71,7 @@ class Connection:
         self.lock = threading.RLock()
         self._sock: socket.socket | None = None
         self._rfile: Any = None
+        self._out = FrameBuffer()  # the frames being sent (used under the lock)
 
     def __enter__(self) -> Connection:
         return self
@@ -123,9 +126,9 @@ class Connection:
     def sock(self) -> socket.socket:
         return self._sock if self._sock is not None else self._connect()
 
-    def send_frames(self, frames: list[bytes]) -> None:
+    def send_frames(self, frames: Sequence[bytes | UniformSend]) -> None:
         try:
-            self.sock().sendall(frames[0] if len(frames) == 1 else b"".join(frames))
+            self.sock().sendall(self._out.frames(frames))
         except OSError as exc:
             self.close()
             raise BrokerConnectionError(f"send failed: {exc}") from None
@@ -144,7 +147,7 @@ class Connection:
             raise BrokerConnectionError(f"receive failed: {exc}") from None
         return status, payload
 
-    def raw(self, frame: bytes) -> tuple[int, bytes]:
+    def raw(self, frame: bytes | UniformSend) -> tuple[int, bytes]:
         """Send one encoded request frame and return (status, payload)."""
         with self.lock:
             self.send_frames([frame])
@@ -202,10 +205,11 @@ class AsyncConnection:
             return
         raise BrokerConnectionError(f"cannot connect to {self.addresses}: {last}")
 
-    async def _exchange(self, frames: list[bytes]) -> tuple[int, bytes]:
+    async def _exchange(self, frames: Sequence[bytes | UniformSend]) -> tuple[int, bytes]:
         assert self._writer is not None and self._reader is not None
         try:
-            self._writer.write(b"".join(frames))
+            # bytes, not a reused buffer: the transport may keep what it could not send yet
+            self._writer.write(b"".join(f if isinstance(f, bytes) else bytes(f) for f in frames))
             await self._writer.drain()
             head = await asyncio.wait_for(self._reader.readexactly(8), self.timeout)
             status, length = _HEAD.unpack(head)
@@ -215,7 +219,7 @@ class AsyncConnection:
             raise BrokerConnectionError(f"request failed: {exc}") from None
         return status, payload
 
-    async def raw(self, frame: bytes) -> tuple[int, bytes]:
+    async def raw(self, frame: bytes | UniformSend) -> tuple[int, bytes]:
         async with self.lock:
             if self._writer is None:
                 await self._connect()

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from bayou.client.connection import encode
 from bayou.client.errors import BayouClientError, UnknownPartitionError, UnknownTopicError, error_for
-from bayou.client.wire import HeaderList, batches_to_arrow, polled_to_arrow, send_frame
+from bayou.client.wire import HeaderList, UniformSend, batches_to_arrow, polled_to_arrow, prepare_send
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codes import Status
 from bayou.protocols.iggy.wire import U32
@@ -33,7 +33,7 @@ SDK_CONSUMER = m.Consumer(m.ConsumerKind.CONSUMER, m.Identifier("bayou-sdk"))
 
 @dataclass(frozen=True, slots=True)
 class Raw:
-    frame: bytes
+    frame: bytes | UniformSend  # a send's frame is written into the connection's buffer
     what: str
 
 
@@ -266,7 +266,7 @@ def send(r: Resolver, topic: str, partition: int, values: Sequence[bytes | None]
          message_ids: Sequence[int] | None = None, origin_us: int = 0,
          compression: Compression = Compression.NONE) -> Op[None]:
     addr = yield from r.address(topic)
-    yield Raw(send_frame(*addr, partition, values, keys, headers, message_ids, origin_us, compression),
+    yield Raw(prepare_send(*addr, partition, values, keys, headers, message_ids, origin_us, compression),
               f"send {topic}/{partition}")
 
 

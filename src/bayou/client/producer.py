@@ -28,7 +28,7 @@ from bayou.client import ops
 from bayou.client.client import AsyncClient, Client
 from bayou.client.errors import BayouClientError, BrokerConnectionError, error_for
 from bayou.client.tls import TlsConfig
-from bayou.client.wire import HeaderList, codec, send_frame
+from bayou.client.wire import HeaderList, UniformSend, codec, prepare_send
 from bayou.records.compression import Compression
 
 
@@ -261,13 +261,13 @@ class Producer:
     def _send(self, batches: list[_Batch]) -> None:
         """Pipeline one frame per batch, then read the replies in order; retry what failed to
         get an answer (same message ids, so an idempotent producer stores it once)."""
-        frames = []
+        frames: list[bytes | UniformSend] = []
         for b in batches:
             ids = self._acc.ids(b)
             try:
                 addr: ops.Address = self.client.run(self.client.resolver.address(b.topic))
-                frames.append(send_frame(*addr, b.partition, b.values, b.keys, b.headers, ids,
-                                         compression=self.compression))
+                frames.append(prepare_send(*addr, b.partition, b.values, b.keys, b.headers, ids,
+                                           compression=self.compression))
             except (BayouClientError, ValueError) as exc:
                 frames.append(b"")
                 _fail(b, exc)

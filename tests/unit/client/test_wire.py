@@ -15,6 +15,8 @@ from bayou.client.wire import (
     KAFKA_SCHEMA,
     KEY_HEADER,
     LOG_APPEND_TIME,
+    FrameBuffer,
+    UniformSend,
     _batch,
     _empty_headers,
     _general_body,
@@ -25,6 +27,7 @@ from bayou.client.wire import (
     decode_headers,
     encode_headers,
     polled_to_arrow,
+    prepare_send,
     send_frame,
 )
 from bayou.protocols.iggy import messages as m
@@ -69,10 +72,59 @@ def test_keys_of_one_length_take_the_column_wise_path_and_write_what_the_loop_wr
     message_ids = [(3 << 64) | (i + 1) for i in range(n)] if ids else None
     fast = _uniform_body(values, message_ids, 17, keys)
     assert fast is not None
-    assert fast == _general_body(values, keys, None, message_ids, 17)
+    assert bytes(fast) == _general_body(values, keys, None, message_ids, 17)
     req = decode_legacy_send(_payload(send_frame(STREAM, TOPIC, 0, values, keys, message_ids=message_ids)))
     assert [(msg.payload, [(h.name, h.value) for h in msg.headers]) for msg in req.messages] == [
         (v, [(KEY_HEADER, k)]) for v, k in zip(values, keys, strict=True)]
+
+
+sends = st.lists(st.tuples(st.integers(1, 30), st.integers(1, 40), st.sampled_from([0, 1, 9]),
+                           st.sampled_from(["none", "range", "list"]), st.integers(0, 2)),
+                 min_size=1, max_size=4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sends=sends, garbage=st.integers(0, 255), first=st.integers(0, 3000))
+def test_frames_written_into_a_reused_buffer_are_the_encoded_frames(
+        sends: list[tuple[int, int, int, str, int]], garbage: int, first: int) -> None:
+    """A connection writes its frames into one buffer that outlives them: whatever an earlier,
+    larger send left there, the bytes sent are those of ``send_frame``, frame after frame."""
+    out = FrameBuffer()
+    out.take(first)[:] = garbage  # what an earlier send left
+    frames: list[bytes | UniformSend] = []
+    expected = []
+    for n, size, key_size, ids, part in sends:
+        values = [bytes([(i * 7 + size) % 256]) * size for i in range(n)]
+        keys = [bytes([i % 256]) * key_size for i in range(n)] if key_size else None
+        message_ids = {"none": None, "range": range((5 << 64) | 1, ((5 << 64) | 1) + n),
+                       "list": [(i << 64) | (i * 3 + 1) for i in range(n)]}[ids]
+        frame = prepare_send(STREAM, TOPIC, part, values, keys, message_ids=message_ids, origin_us=part)
+        assert isinstance(frame, UniformSend)  # same-size values: the column-wise path
+        frames.append(frame)
+        expected.append(send_frame(STREAM, TOPIC, part, values, keys, message_ids=message_ids,
+                                   origin_us=part))
+        assert bytes(frame) == expected[-1]
+        req = decode_legacy_send(_payload(expected[-1]))
+        assert [msg.payload for msg in req.messages] == values
+        assert [msg.id for msg in req.messages] == (list(message_ids) if message_ids else [0] * n)
+    assert bytes(out.frames(frames)) == b"".join(expected)
+    assert bytes(out.frames([expected[0], *frames[1:]])) == b"".join(expected)  # bytes among them
+    assert bytes(out.frames(frames[:1])) == expected[0]  # a shorter frame after longer ones
+
+
+def test_a_frame_buffer_keeps_its_memory_but_not_a_huge_one() -> None:
+    out = FrameBuffer()
+    a = out.take(1000)
+    assert out.take(500).__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    huge = out.take(FrameBuffer.KEEP + 1)
+    assert len(huge) == FrameBuffer.KEEP + 1
+    assert out.take(1000).__array_interface__["data"][0] == a.__array_interface__["data"][0]
+
+
+def test_sends_the_column_wise_path_cannot_carry_are_bytes() -> None:
+    assert isinstance(prepare_send(STREAM, TOPIC, 0, [b"a", b"bb"]), bytes)  # sizes differ
+    assert isinstance(prepare_send(STREAM, TOPIC, 0, [b"a", b""]), bytes)  # an empty value: envelope
+    assert isinstance(prepare_send(STREAM, TOPIC, 0, [b"a"], headers=[[("h", b"v")]]), bytes)
 
 
 def test_keys_of_other_lengths_or_missing_leave_the_column_wise_path() -> None:
