@@ -7,6 +7,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -299,3 +300,61 @@ def test_iggy_permissions_convert_both_ways() -> None:
         authz.StreamPermissions(4, manage_stream=True)))
     assert to_iggy(ours) == perms
     assert from_iggy(None) is None and to_iggy(None) is None
+
+
+class _CountingHasher:
+    """The store's argon2 hasher, recording the password of every check it makes."""
+
+    def __init__(self, hasher: Any) -> None:
+        self.hasher = hasher
+        self.checks: list[str] = []
+
+    def hash(self, password: str) -> str:
+        return str(self.hasher.hash(password))
+
+    def verify(self, password_hash: str, password: str) -> bool:
+        self.checks.append(password)
+        return bool(self.hasher.verify(password_hash, password))
+
+
+def _count_checks(store: UserStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    counting = _CountingHasher(store._hasher)
+    monkeypatch.setattr(store, "_hasher", counting)
+    return counting.checks
+
+
+def test_a_passed_password_check_is_remembered_but_never_for_another_password(
+        store: UserStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A login that passed is not argon2-checked again (a Spark job's worker processes each log
+    in); a wrong password, an unknown user, a changed password and an inactive user still are
+    refused, each after a full check."""
+    checks = _count_checks(store, monkeypatch)
+    bob = store.create_user("bob", "bob-pw")
+    assert store.authenticate("bob", "bob-pw") == bob
+    assert store.authenticate("bob", "bob-pw") == bob
+    assert checks == ["bob-pw"]
+    assert _auth_reason(store.authenticate, "bob", "bob-pw ") == ("invalid_credentials", 42)
+    assert _auth_reason(store.authenticate, "bob", "") == ("invalid_credentials", 42)
+    assert _auth_reason(store.authenticate, "nobody", "bob-pw") == ("invalid_credentials", 42)
+    assert checks == ["bob-pw", "bob-pw ", "", "bob-pw"]
+    store.create_user("carol", "bob-pw")  # the same password, another user: its own check
+    store.authenticate("carol", "bob-pw")
+    assert checks[-1] == "bob-pw" and len(checks) == 5
+    store.change_password("bob", "bob-pw", "bob-new-pw")  # remembered: no check
+    assert len(checks) == 5
+    assert _auth_reason(store.authenticate, "bob", "bob-pw") == ("invalid_credentials", 42)
+    assert store.authenticate("bob", "bob-new-pw").username == "bob"
+    store.update_user("bob", active=False)
+    assert _auth_reason(store.authenticate, "bob", "bob-new-pw") == ("inactive", 47)
+
+
+def test_remembered_checks_are_bounded(store: UserStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("bayou.server.iggy.users.PASSED_CHECKS_KEPT", 2)
+    for name in ("user1", "user2", "user3"):
+        store.create_user(name, f"{name}-pw")
+        store.authenticate(name, f"{name}-pw")
+    assert len(store._passed) == 2
+    checks = _count_checks(store, monkeypatch)
+    store.authenticate("user1", "user1-pw")  # the oldest went first: checked again
+    store.authenticate("user3", "user3-pw")
+    assert checks == ["user1-pw"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -190,6 +191,9 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+PASSED_CHECKS_KEPT = 4096  # password checks remembered (one per user and password hash)
+
+
 class UserStore:
     def __init__(self, path: Path, root_username: str = "iggy", root_password: str = "iggy", *,
                  clock: Callable[[], int] = _now_us, max_tokens_per_user: int = MAX_TOKENS_PER_USER
@@ -204,6 +208,14 @@ class UserStore:
         self._by_token: dict[str, tuple[int, str]] = {}  # token hash -> (user id, token name)
         self._lock = threading.RLock()
         self._dummy_hash: str | None = None
+        # argon2 checks that passed, remembered for this process: password hash -> HMAC-SHA256 of
+        # the password under a key drawn at start (never stored). A client that logs in again with
+        # the same password (a Spark job's many worker processes, a reconnect) costs a hash
+        # compare, not another 20-50 ms argon2 check; a wrong password, an unknown user, or a
+        # password changed since (a new hash) still costs the full check.
+        self._passed: dict[str, bytes] = {}
+        self._passed_key = secrets.token_bytes(32)
+        self._passed_lock = threading.Lock()
         self.unsaved = False  # the first start could not write the file (the server retries it)
         self.on_change: Callable[[], None] | None = None  # after every change (the authorizer's epoch)
 
@@ -308,10 +320,20 @@ class UserStore:
     # -- authentication ------------------------------------------------------------------------
 
     def _verify(self, password_hash: str, password: str) -> bool:
+        mac = hmac.digest(self._passed_key, password.encode("utf-8", "surrogatepass"), "sha256")
+        seen = self._passed.get(password_hash)
+        if seen is not None and hmac.compare_digest(seen, mac):
+            return True
         try:
-            return self._hasher.verify(password_hash, password)
+            if not self._hasher.verify(password_hash, password):
+                return False
         except (VerificationError, InvalidHashError):
             return False
+        with self._passed_lock:
+            if len(self._passed) >= PASSED_CHECKS_KEPT:
+                del self._passed[next(iter(self._passed))]  # the oldest
+            self._passed[password_hash] = mac
+        return True
 
     def authenticate(self, username: str, password: str) -> User:
         """The user whose credentials these are. An unknown user costs one hash too, so timing
