@@ -181,9 +181,9 @@ class FrameBuffer:
     to the kernel when they are freed, so a frame built in fresh memory pays a page fault for every
     4 KiB it writes. On this project's VMs that was 1.6 of the 1.8 ms of encoding such a send; in
     a buffer that stays mapped it takes about 0.2 ms. Used under the connection's lock, one send at
-    a time; a buffer grown past ``KEEP`` for one large send is not kept."""
+    a time; a send larger than ``KEEP`` (16 MiB) gets a buffer of its own, not kept."""
 
-    KEEP = 64 << 20
+    KEEP = 16 << 20
 
     def __init__(self) -> None:
         self._buf = np.empty(0, np.uint8)
@@ -191,10 +191,9 @@ class FrameBuffer:
     def take(self, size: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
         """``size`` bytes of the buffer (their content is whatever was there)."""
         if size > len(self._buf):
-            buf = np.empty(max(size, 2 * len(self._buf)), np.uint8)
-            if len(buf) > self.KEEP:
-                return buf[:size]
-            self._buf = buf
+            if size > self.KEEP:
+                return np.empty(size, np.uint8)
+            self._buf = np.empty(min(max(size, 2 * len(self._buf)), self.KEEP), np.uint8)
         return self._buf[:size]
 
     def frames(self, frames: Sequence[bytes | UniformSend]) -> bytes | memoryview:
@@ -284,6 +283,21 @@ def _uniform_body(values: Sequence[bytes], message_ids: Sequence[int] | None, or
 
 
 _INDEX_DTYPE = np.dtype([("zero", "<u4"), ("end", "<u4"), ("ts", "<u8")])
+IdColumns = tuple[int | np.ndarray[Any, np.dtype[np.uint64]], int | np.ndarray[Any, np.dtype[np.uint64]]]
+
+
+def _id_columns(message_ids: Sequence[int] | None, n: int) -> IdColumns | None:
+    """u128 message ids as their low and high u64 halves: (first low, high) for one producer's
+    consecutive sequences (the idempotent producer, the Spark sink: no Python int per message),
+    else two arrays."""
+    if message_ids is None:
+        return None
+    if isinstance(message_ids, range) and message_ids.step == 1 and n and \
+            message_ids.start >> 64 == message_ids[-1] >> 64:
+        return message_ids.start & _U64_MASK, message_ids.start >> 64
+    ids = [int(i) for i in message_ids]
+    return (np.array([i & _U64_MASK for i in ids], dtype=np.uint64),
+            np.array([i >> 64 for i in ids], dtype=np.uint64))
 
 
 @functools.lru_cache(maxsize=256)
@@ -299,12 +313,12 @@ class UniformSend:
     """A SEND_MESSAGES body (and, from ``prepare_send``, the frame's head) of same-size values,
     written column-wise into a buffer by ``write_into``; ``bytes()`` of it is the encoding."""
 
-    __slots__ = ("data", "head", "key_data", "key_size", "message_ids", "n", "nbytes", "origin_us", "size")
+    __slots__ = ("data", "head", "ids", "key_data", "key_size", "n", "nbytes", "origin_us", "size")
 
     def __init__(self, n: int, size: int, data: bytes, key_size: int, key_data: bytes,
                  message_ids: Sequence[int] | None, origin_us: int) -> None:
         self.n, self.size, self.data, self.key_size, self.key_data = n, size, data, key_size, key_data
-        self.message_ids = message_ids
+        self.ids = _id_columns(message_ids, n)  # read now: the caller may reuse its list before the send
         self.origin_us = origin_us
         self.head = b""  # what goes before the index (the frame header and metadata), if any
         self.nbytes = n * (_INDEX_DTYPE.itemsize + _send_dtype(size, key_size).itemsize)
@@ -336,17 +350,10 @@ class UniformSend:
             rows["hl"] = len(key_prefix) + key_size
             rows["key_prefix"] = np.frombuffer(key_prefix, f"V{len(key_prefix)}")[0]
             rows["key"] = np.frombuffer(self.key_data, f"V{key_size}")
-        message_ids = self.message_ids
-        if isinstance(message_ids, range) and message_ids.step == 1 and n and \
-                message_ids.start >> 64 == message_ids[-1] >> 64:
-            # one producer's consecutive sequences (the idempotent producer, the Spark sink)
-            rows["id_lo"] = np.arange(message_ids.start & _U64_MASK, (message_ids[-1] & _U64_MASK) + 1,
-                                      dtype=np.uint64)
-            rows["id_hi"] = message_ids.start >> 64
-        elif message_ids is not None:
-            ids = [int(i) for i in message_ids]
-            rows["id_lo"] = np.array([i & _U64_MASK for i in ids], dtype=np.uint64)
-            rows["id_hi"] = np.array([i >> 64 for i in ids], dtype=np.uint64)
+        if self.ids is not None:
+            lo, hi = self.ids
+            rows["id_lo"] = np.arange(lo, lo + n, dtype=np.uint64) if isinstance(lo, int) else lo
+            rows["id_hi"] = hi
         rows["origin"] = self.origin_us
         rows["pl"] = size
         if size:

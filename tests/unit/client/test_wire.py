@@ -119,6 +119,22 @@ def test_a_frame_buffer_keeps_its_memory_but_not_a_huge_one() -> None:
     huge = out.take(FrameBuffer.KEEP + 1)
     assert len(huge) == FrameBuffer.KEEP + 1
     assert out.take(1000).__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    out.take(FrameBuffer.KEEP * 3 // 4)
+    big = out.take(FrameBuffer.KEEP * 7 // 8)  # doubling would pass KEEP: grown to KEEP, and kept
+    assert out.take(FrameBuffer.KEEP).__array_interface__["data"][0] == big.__array_interface__["data"][0]
+    assert len(out._buf) == FrameBuffer.KEEP  # never more kept
+
+
+def test_message_ids_are_read_when_the_send_is_prepared() -> None:
+    """The async client writes a frame once it has the connection: a caller reusing its list of
+    ids meanwhile must not change what is sent."""
+    ids = [(1 << 64) | 10, (1 << 64) | 11]
+    frame = prepare_send(STREAM, TOPIC, 0, [b"a", b"b"], message_ids=ids)
+    expected = send_frame(STREAM, TOPIC, 0, [b"a", b"b"], message_ids=list(ids))
+    ids[0] = 99
+    assert bytes(frame) == expected
+    once = prepare_send(STREAM, TOPIC, 0, [b"a"], message_ids=iter([5]))
+    assert bytes(once) == bytes(once)  # written again (a retry): the same frame
 
 
 def test_sends_the_column_wise_path_cannot_carry_are_bytes() -> None:

@@ -340,12 +340,19 @@ def test_a_passed_password_check_is_remembered_but_never_for_another_password(
     store.create_user("carol", "bob-pw")  # the same password, another user: its own check
     store.authenticate("carol", "bob-pw")
     assert checks[-1] == "bob-pw" and len(checks) == 5
+    old_hash = store._record("bob").password_hash  # type: ignore[union-attr]
+    assert old_hash in store._passed
     store.change_password("bob", "bob-pw", "bob-new-pw")  # remembered: no check
     assert len(checks) == 5
+    assert old_hash not in store._passed  # an old password is not kept in any form
     assert _auth_reason(store.authenticate, "bob", "bob-pw") == ("invalid_credentials", 42)
     assert store.authenticate("bob", "bob-new-pw").username == "bob"
     store.update_user("bob", active=False)
     assert _auth_reason(store.authenticate, "bob", "bob-new-pw") == ("inactive", 47)
+    carol_hash = store._record("carol").password_hash  # type: ignore[union-attr]
+    assert carol_hash in store._passed
+    store.delete_user("carol")
+    assert carol_hash not in store._passed
 
 
 def test_remembered_checks_are_bounded(store: UserStore, monkeypatch: pytest.MonkeyPatch) -> None:

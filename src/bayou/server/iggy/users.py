@@ -216,6 +216,7 @@ class UserStore:
         self._passed: dict[str, bytes] = {}
         self._passed_key = secrets.token_bytes(32)
         self._passed_lock = threading.Lock()
+        self._live_hashes: set[str] = set()  # the users' current password hashes
         self.unsaved = False  # the first start could not write the file (the server retries it)
         self.on_change: Callable[[], None] | None = None  # after every change (the authorizer's epoch)
 
@@ -274,6 +275,10 @@ class UserStore:
     def _set(self, records: dict[int, _Record]) -> None:
         self._records = records
         self._by_token = {t.token_hash: (r.user.id, t.name) for r in records.values() for t in r.tokens}
+        live = {r.password_hash for r in records.values()}
+        with self._passed_lock:  # a changed or deleted password is not kept in any form
+            self._live_hashes = live
+            self._passed = {h: mac for h, mac in self._passed.items() if h in live}
         if self.on_change is not None:
             self.on_change()
 
@@ -330,7 +335,9 @@ class UserStore:
         except (VerificationError, InvalidHashError):
             return False
         with self._passed_lock:
-            if len(self._passed) >= PASSED_CHECKS_KEPT:
+            if password_hash not in self._live_hashes:  # changed while we checked, or the dummy
+                return True
+            if password_hash not in self._passed and len(self._passed) >= PASSED_CHECKS_KEPT:
                 del self._passed[next(iter(self._passed))]  # the oldest
             self._passed[password_hash] = mac
         return True
