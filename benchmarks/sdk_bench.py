@@ -60,6 +60,9 @@ def main() -> None:
     ap.add_argument("--bootstrap", help="use a running broker's Iggy listener instead of starting one")
     ap.add_argument("--profile", metavar="PHASE", help="run PHASE under pyinstrument and print the profile")
     ap.add_argument("--only", choices=["newest"], help="run only this phase")
+    ap.add_argument("--newest-partitions", type=int, default=1,
+                    help="partitions of the newest-message topic: the sender goes round them, the "
+                         "consumer is assigned all of them")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bayou-sdk-bench-"))
@@ -172,14 +175,15 @@ def main() -> None:
             """The newest message's latency: one message every 1 ms for 3 s (Client.send, its send
             time in the value), a Consumer polling at the log end in a thread; from send to the
             record returned by poll()."""
-            client.create_topic("bench-newest", 1)
+            parts = args.newest_partitions
+            client.create_topic("bench-newest", parts)
             lat: list[float] = []
             total = 3000
             done = threading.Event()
 
             def consume_newest() -> None:
                 with Consumer(boot, auto_offset_reset="latest") as c:
-                    c.assign([TopicPartition("bench-newest", 0)])
+                    c.assign([TopicPartition("bench-newest", p) for p in range(parts)])
                     c.poll(10)  # the position: the log end
                     ready.set()
                     while len(lat) < total and not done.is_set():
@@ -194,14 +198,15 @@ def main() -> None:
             start = time.perf_counter()
             for i in range(total):
                 time.sleep(max(0.0, start + i / 1000 - time.perf_counter()))
-                sender.send("bench-newest", 0, [repr(time.perf_counter()).encode()])
+                sender.send("bench-newest", i % parts, [repr(time.perf_counter()).encode()])
             t.join(10)
             done.set()
             sender.close()
             lat.sort()
             if lat:
                 p50, p99 = lat[len(lat) // 2] * 1000, lat[int(len(lat) * 0.99)] * 1000
-                print(f"{'newest message':<15} {len(lat):>10,} of {total:,} at 1,000/s: from send to "
+                where = f" over {parts} partitions" if parts > 1 else ""
+                print(f"{'newest message':<15} {len(lat):>10,} of {total:,} at 1,000/s{where}: from send to "
                       f"poll() p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1] * 1000:.1f} ms", flush=True)
 
         if args.only == "newest":

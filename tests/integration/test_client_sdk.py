@@ -203,6 +203,42 @@ def test_assign_and_seek(broker: BrokerProcess, client: Client) -> None:
             c.commit()  # no group
 
 
+@pytest.mark.parametrize("fetch_ahead", [True, False])
+def test_a_consumer_of_several_partitions_shares_each_poll_and_reads_every_record_once(
+        broker: BrokerProcess, client: Client, fetch_ahead: bool) -> None:
+    """Several partitions are polled together (one round trip), each for its share of the
+    poll's records: a poll never passes ``max_poll_records``, and every record comes once, in
+    its partition's order, whatever each partition holds."""
+    topic = f"sdk-several-{fetch_ahead}"
+    client.create_topic(topic, 3)
+    sizes = {0: 40, 1: 3, 2: 0}
+    for p, count in sizes.items():
+        if count:
+            client.send(topic, p, [b"p%d-%03d" % (p, i) for i in range(count)])
+    tps = [TopicPartition(topic, p) for p in sizes]
+    with Consumer(_boot(broker), max_poll_records=7, fetch_ahead=fetch_ahead) as c:
+        c.assign(tps)
+        for tp in tps:
+            c.seek(tp, 0)
+        got: dict[int, list[int]] = {p: [] for p in sizes}
+        deadline = time.monotonic() + 30
+        while sum(map(len, got.values())) < 43 and time.monotonic() < deadline:
+            records = c.poll(1000)
+            assert len(records) <= 7
+            for r in records:
+                got[r.partition].append(r.offset)
+        assert got == {p: list(range(count)) for p, count in sizes.items()}
+        assert c.poll(200) == []
+        # at the log end of all three: a record sent to one of them while the poll waits
+        sender = threading.Timer(0.3, lambda: client.send(topic, 2, [b"late"]))
+        sender.start()
+        started = time.monotonic()
+        late = c.poll(5000)
+        sender.join()
+        assert [(r.partition, r.offset, r.value) for r in late] == [(2, 0, b"late")]
+        assert time.monotonic() - started < 4  # the broker woke the wait, not the poll's timeout
+
+
 def _fetch_ahead_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("bayou-fetch-ahead")]
 
@@ -289,6 +325,14 @@ def test_async_client_and_producer(broker: BrokerProcess) -> None:
                 metas = await asyncio.gather(*futs)
             assert {m.partition for m in metas} == {partition_for_key(b"k", 2)}
             batch = await c.fetch_arrow("sdk-async", metas[0].partition, 0, 100)
+            part = metas[0].partition
+            # several partitions in one round trip, a wait first: the records there come at once
+            started = time.monotonic()
+            many = await c.fetch_arrow_many([("sdk-async", 1 - part, 0, 10), ("sdk-async", part, 48, 10)],
+                                            max_wait_ms=5000)
+            assert time.monotonic() - started < 4
+            assert [b.num_rows for b in many] == [0, 2]
+            assert many[1].column("value").to_pylist() == [b"a48", b"a49"]
             return list(batch.column("value").to_pylist())
 
     assert asyncio.run(main()) == [b"a%d" % i for i in range(50)]

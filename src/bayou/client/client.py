@@ -12,7 +12,7 @@ import pyarrow as pa
 from bayou.client import ops
 from bayou.client.connection import AsyncConnection, Connection
 from bayou.client.errors import error_for
-from bayou.client.ops import GroupDescription, PartitionOffsets, Raw, TopicDescription
+from bayou.client.ops import GroupDescription, PartitionOffsets, Raw, RawMany, TopicDescription
 from bayou.client.tls import TlsConfig
 from bayou.client.wire import HeaderList, codec
 from bayou.protocols.iggy import messages as m
@@ -46,6 +46,8 @@ class Client:
             if status:
                 raise error_for(status, req.what)
             return payload
+        if isinstance(req, RawMany):
+            return self.conn.raw_many(req.frames)
         return self.conn.call(req)
 
     def run(self, op: ops.Op[Any]) -> Any:
@@ -111,6 +113,18 @@ class Client:
         op = ops.fetch_arrow(self.resolver, topic, partition, offset, max_records, end_offset,
                              include_headers, max_wait_ms=max_wait_ms)
         result: pa.RecordBatch = self.run(op)
+        return result
+
+    def fetch_arrow_many(self, wants: Sequence[tuple[str, int, int, int]], *, include_headers: bool = True,
+                         max_wait_ms: int = 0) -> list[pa.RecordBatch]:
+        """``fetch_arrow`` of several partitions, each (topic, partition, offset, max records), in
+        one round trip (the polls are pipelined); the batches in the order asked. ``max_wait_ms``:
+        when none of them has a record yet, the broker answers once one has (bayou's
+        WAIT_FOR_MESSAGES, sent first in the same round trip), or when the time passes (cut to
+        half the connection's ``timeout``)."""
+        max_wait_ms = min(max_wait_ms, int(self.conn.timeout * 500))
+        result: list[pa.RecordBatch] = self.run(ops.fetch_arrow_many(self.resolver, wants, include_headers,
+                                                                     max_wait_ms))
         return result
 
     def wait_for_messages(self, positions: dict[str, dict[int, int]], max_wait_ms: int) -> int:
@@ -182,6 +196,8 @@ class AsyncClient:
             if status:
                 raise error_for(status, req.what)
             return payload
+        if isinstance(req, RawMany):
+            return await self.conn.raw_many(req.frames)
         return await self.conn.call(req)
 
     async def run(self, op: ops.Op[Any]) -> Any:
@@ -227,6 +243,13 @@ class AsyncClient:
         result: pa.RecordBatch = await self.run(ops.fetch_arrow(self.resolver, topic, partition, offset,
                                                                 max_records, end_offset, include_headers,
                                                                 max_wait_ms=max_wait_ms))
+        return result
+
+    async def fetch_arrow_many(self, wants: Sequence[tuple[str, int, int, int]], *,
+                               include_headers: bool = True, max_wait_ms: int = 0) -> list[pa.RecordBatch]:
+        max_wait_ms = min(max_wait_ms, int(self.conn.timeout * 500))
+        result: list[pa.RecordBatch] = await self.run(ops.fetch_arrow_many(self.resolver, wants,
+                                                                            include_headers, max_wait_ms))
         return result
 
     async def send(self, topic: str, partition: int, values: Sequence[bytes | None],

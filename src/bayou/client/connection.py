@@ -153,6 +153,12 @@ class Connection:
             self.send_frames([frame])
             return self.read_reply()
 
+    def raw_many(self, frames: Sequence[bytes]) -> list[tuple[int, bytes]]:
+        """Send ``frames`` together and return each one's (status, payload), in order."""
+        with self.lock:
+            self.send_frames(frames)
+            return [self.read_reply() for _ in frames]
+
     def call(self, req: m.Request) -> Any:
         """Send ``req`` and return its decoded reply; a non-zero status raises."""
         status, payload = self.raw(encode(req))
@@ -198,32 +204,44 @@ class AsyncConnection:
                 continue
             self._reader, self._writer = r, w
             req = m.LoginUser(self.username, self.password, SDK_VERSION)
-            status, _payload = await self._exchange([encode(req)])
+            [(status, _payload)] = await self._exchange([encode(req)])
             if status:
                 await self.close()
                 raise AuthenticationError(str(error_for(status, "login")), status)
             return
         raise BrokerConnectionError(f"cannot connect to {self.addresses}: {last}")
 
-    async def _exchange(self, frames: Sequence[bytes | UniformSend]) -> tuple[int, bytes]:
+    async def _exchange(self, frames: Sequence[bytes | UniformSend]) -> list[tuple[int, bytes]]:
+        """Send ``frames`` together; each one's (status, payload), in order."""
         assert self._writer is not None and self._reader is not None
+        replies = []
         try:
             # bytes, not a reused buffer: the transport may keep what it could not send yet
             self._writer.write(b"".join(f if isinstance(f, bytes) else bytes(f) for f in frames))
             await self._writer.drain()
-            head = await asyncio.wait_for(self._reader.readexactly(8), self.timeout)
-            status, length = _HEAD.unpack(head)
-            payload = await self._reader.readexactly(length) if length else b""
+            for _ in frames:
+                head = await asyncio.wait_for(self._reader.readexactly(8), self.timeout)
+                status, length = _HEAD.unpack(head)
+                payload = await self._reader.readexactly(length) if length else b""
+                replies.append((status, payload))
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
             await self.close()
             raise BrokerConnectionError(f"request failed: {exc}") from None
-        return status, payload
+        return replies
 
     async def raw(self, frame: bytes | UniformSend) -> tuple[int, bytes]:
         async with self.lock:
             if self._writer is None:
                 await self._connect()
-            return await self._exchange([frame])
+            [reply] = await self._exchange([frame])
+            return reply
+
+    async def raw_many(self, frames: Sequence[bytes]) -> list[tuple[int, bytes]]:
+        """Send ``frames`` together and return each one's (status, payload), in order."""
+        async with self.lock:
+            if self._writer is None:
+                await self._connect()
+            return await self._exchange(frames)
 
     async def call(self, req: m.Request) -> Any:
         status, payload = await self.raw(encode(req))

@@ -261,6 +261,7 @@ class Consumer:
             n = len(self._assigned)
             for tp in [tp for tp in self._ahead if tp not in self._assigned]:
                 self._ahead.pop(tp)[1].cancel()
+            fetch: list[TopicPartition] = []  # partitions with nothing fetched ahead
             for i in range(n):
                 tp = self._assigned[(self._rr + i) % n]
                 if taken >= limit:
@@ -269,19 +270,32 @@ class Consumer:
                 want = limit - taken
                 batch = self._take_ahead(tp, pos, want)
                 if batch is None:
+                    if n > 1:
+                        fetch.append(tp)
+                        continue
                     # one partition: the poll itself waits at the broker for its next record (one
                     # round trip where a wait and a poll take two); several: see _wait
-                    wait_ms = self._wait_ms(deadline) if n == 1 else 0
+                    wait_ms = self._wait_ms(deadline)
                     batch = self.client.fetch_arrow(tp.topic, tp.partition, pos, want, max_wait_ms=wait_ms)
                     resolver = self.client.resolver
                     waited = wait_ms > 0 and resolver.poll_batches and resolver.poll_waits
-                if batch.num_rows:
-                    last = batch.column(4)[batch.num_rows - 1].as_py()
-                    self._positions[tp] = last + 1
-                    out.append(batch)
-                    taken += batch.num_rows
-                    if self.fetch_ahead and batch.num_rows == want:
-                        self._fetch_next(tp, last + 1, max(limit, self.max_poll_records))
+                taken += self._took(tp, batch, want, limit, out)
+            if fetch and taken < limit:
+                # several partitions: polled in one round trip, each for its share of what is left
+                rest, k = limit - taken, len(fetch)
+                asks = [(tp, rest // k + (i < rest % k)) for i, tp in enumerate(fetch)]
+                asks = [(tp, share) for tp, share in asks if share]
+                # nothing fetched ahead either: a wait at the broker goes first, in the same round
+                # trip (the polls are served once a record is in any of them)
+                wait_ms = 0 if out else self._wait_ms(deadline)
+                batches = self.client.fetch_arrow_many([(tp.topic, tp.partition, self.position(tp), share)
+                                                        for tp, share in asks], max_wait_ms=wait_ms)
+                resolver = self.client.resolver
+                if not resolver.waits:
+                    self._server_wait = False
+                waited = wait_ms > 0 and resolver.waits and resolver.poll_batches
+                for (tp, share), batch in zip(asks, batches, strict=True):
+                    taken += self._took(tp, batch, share, limit, out)
             self._rr = (self._rr + 1) % max(n, 1)
             left = deadline - time.monotonic()
             if out or left <= 0:
@@ -290,6 +304,19 @@ class Consumer:
                 continue
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.1)
+
+    def _took(self, tp: TopicPartition, batch: pa.RecordBatch, asked: int, limit: int,
+              out: list[pa.RecordBatch]) -> int:
+        """Take ``batch`` (``asked`` rows were asked for) into ``out``: the position moves past it,
+        and a full batch has the next one fetched ahead. Its row count."""
+        if not batch.num_rows:
+            return 0
+        last = batch.column(4)[batch.num_rows - 1].as_py()
+        self._positions[tp] = last + 1
+        out.append(batch)
+        if self.fetch_ahead and batch.num_rows == asked:
+            self._fetch_next(tp, last + 1, max(limit, self.max_poll_records))
+        return int(batch.num_rows)
 
     def _take_ahead(self, tp: TopicPartition, pos: int, want: int) -> pa.RecordBatch | None:
         """The batch fetched ahead for ``tp`` if it was asked for at ``pos`` (at most ``want``

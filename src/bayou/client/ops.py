@@ -37,6 +37,14 @@ class Raw:
     what: str
 
 
+@dataclass(frozen=True, slots=True)
+class RawMany:
+    """Frames sent together (pipelined) and answered in order: the driver answers with each
+    reply's (status, payload), raising nothing, once every reply is read."""
+
+    frames: tuple[bytes, ...]
+
+
 Op = Generator[Any, Any, T]
 Address = tuple[m.Identifier, m.Identifier]
 
@@ -103,6 +111,7 @@ class Resolver:
         self.cache: dict[str, Address] = {}
         self.poll_batches = True  # until the broker answers POLL_BATCHES as unknown
         self.poll_waits = True  # until it answers a POLL_BATCHES with a wait as unknown
+        self.waits = True  # until it answers WAIT_FOR_MESSAGES as unknown
 
     def forget(self, topic: str) -> None:
         self.cache.pop(topic, None)
@@ -210,6 +219,54 @@ def offset_for_time(r: Resolver, topic: str, partition: int, timestamp_ms: int) 
                          1, False)
     polled = yield req
     return polled.messages[0].offset if polled is not None and polled.messages else None
+
+
+def fetch_arrow_many(r: Resolver, wants: Sequence[tuple[str, int, int, int]], include_headers: bool = True,
+                     max_wait_ms: int = 0) -> Op[list[pa.RecordBatch]]:
+    """``fetch_arrow`` of several partitions (topic, partition, offset, max records) in one round
+    trip: their POLL_BATCHES sent together and answered in order. With ``max_wait_ms``, a
+    WAIT_FOR_MESSAGES for all of them goes first: the broker serves a connection's polls in order,
+    so they are answered once a record is there in any of them (or the wait ends), still in one
+    round trip (a broker without the wait answers it INVALID_COMMAND and ``r.waits`` goes False).
+    Batches in the order asked; the first refusal raises its error (every reply is read first, so
+    the connection stays in step). A broker without POLL_BATCHES is asked a partition at a time
+    with POLL_MESSAGES."""
+    addrs = []
+    for topic, _partition, _offset, _count in wants:
+        addrs.append((yield from r.address(topic)))
+    out: list[pa.RecordBatch] = []
+    if r.poll_batches and (len(wants) > 1 or max_wait_ms > 0):
+        frames = [encode(m.PollBatches(SDK_CONSUMER, *addr, partition,
+                                       m.PollingStrategy(m.PollingKind.OFFSET, offset), count, False))
+                  for addr, (_topic, partition, offset, count) in zip(addrs, wants, strict=True)]
+        wait = max_wait_ms > 0 and r.waits
+        if wait:
+            watched: dict[Address, list[tuple[int, int]]] = {}
+            for addr, (_topic, partition, offset, _count) in zip(addrs, wants, strict=True):
+                watched.setdefault(addr, []).append((partition, offset))
+            topics = tuple(m.WaitTopic(*addr, tuple(sorted(parts))) for addr, parts in watched.items())
+            frames.insert(0, encode(m.WaitForMessages(max_wait_ms, topics)))
+        replies: list[tuple[int, bytes]] = yield RawMany(tuple(frames))
+        if wait:
+            status, _payload = replies.pop(0)
+            if status == Status.INVALID_COMMAND:
+                r.waits = False
+            elif status:
+                raise error_for(status, "wait for messages")
+        for (topic, partition, _offset, _count), (status, payload) in zip(wants, replies, strict=True):
+            if status == Status.INVALID_COMMAND and not out:  # no POLL_BATCHES: every reply says so
+                r.poll_batches = False
+                break
+            if status:
+                raise error_for(status, f"poll {topic}/{partition}")
+            batch, _current = batches_to_arrow(payload, topic, partition, include_headers=include_headers)
+            out.append(batch)
+        else:
+            return out
+    for topic, partition, offset, count in wants:
+        out.append((yield from fetch_arrow(r, topic, partition, offset, count,
+                                           include_headers=include_headers)))
+    return out
 
 
 def fetch_arrow(r: Resolver, topic: str, partition: int, offset: int, max_records: int,

@@ -11,7 +11,9 @@ from bayou.client import ops
 from bayou.client.errors import BayouClientError, error_for
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.batches import encode_legacy_polled, encode_vsr_polled
+from bayou.protocols.iggy.codec import decode_request
 from bayou.protocols.iggy.codes import Command, Status
+from bayou.protocols.iggy.framing import Dialect
 
 POLLED = m.PolledMessages(0, 4, tuple(m.PolledMessage(i, 1_000, 1_000, i + 1, b"v%d" % i) for i in range(5)))
 
@@ -63,3 +65,78 @@ def test_other_refusals_are_the_callers_and_keep_batches() -> None:
     with pytest.raises(BayouClientError) as exc:
         ops.run_sync(Broker(True, poll_status=Status.UNAUTHORIZED), ops.fetch_arrow(r, "t", 0, 0, 100))
     assert exc.value.status == Status.UNAUTHORIZED and r.poll_batches
+
+
+class ManyBroker(Broker):
+    """Also answers pipelined polls (``RawMany``) as the broker does: each frame on its own, in
+    order; a refusal is that reply's status."""
+
+    def __init__(self, batches: bool, refuse: int | None = None, waits: bool = True) -> None:
+        super().__init__(batches)
+        self.refuse = refuse  # the partition whose poll is refused (PARTITION_NOT_FOUND)
+        self.waits = waits  # whether it knows WAIT_FOR_MESSAGES
+        self.round_trips = 0
+        self.waited: list[m.WaitForMessages] = []
+
+    def __call__(self, req: Any) -> Any:
+        self.round_trips += 1
+        if not isinstance(req, ops.RawMany):
+            return super().__call__(req)
+        replies = []
+        for frame in req.frames:
+            code = struct.unpack_from("<I", frame, 4)[0]
+            if code == Command.WAIT_FOR_MESSAGES:
+                self.codes.append(code)
+                wait = decode_request(Dialect.LEGACY, code, frame[8:])
+                assert isinstance(wait, m.WaitForMessages)
+                self.waited.append(wait)
+                replies.append((0, struct.pack("<I", 1)) if self.waits else (Status.INVALID_COMMAND, b""))
+                continue
+            partition = decode_request(Dialect.LEGACY, code, frame[8:]).partition_id  # type: ignore[attr-defined]
+            try:
+                if partition == self.refuse:
+                    raise error_for(Status.PARTITION_NOT_FOUND, "poll")
+                replies.append((0, super().__call__(ops.Raw(frame, "poll"))))
+            except BayouClientError as exc:
+                replies.append((exc.status, b""))
+        return replies
+
+
+def test_several_partitions_are_polled_in_one_round_trip() -> None:
+    r, broker = _resolver(), ManyBroker(True)
+    got = ops.run_sync(broker, ops.fetch_arrow_many(r, [("t", p, 0, 100) for p in range(3)]))
+    assert broker.round_trips == 1 and broker.codes == [Command.POLL_BATCHES] * 3
+    assert [b.column("partition").to_pylist() for b in got] == [[p] * 5 for p in range(3)]
+    assert all(b.column("value").to_pylist() == [b"v%d" % i for i in range(5)] for b in got)
+
+
+def test_without_poll_batches_several_partitions_are_polled_one_by_one() -> None:
+    r, broker = _resolver(), ManyBroker(False)
+    got = ops.run_sync(broker, ops.fetch_arrow_many(r, [("t", p, 0, 100) for p in range(3)]))
+    assert [b.column("partition").to_pylist() for b in got] == [[p] * 5 for p in range(3)]
+    assert broker.codes == [Command.POLL_BATCHES] * 3 + [Command.POLL_MESSAGES] * 3 and not r.poll_batches
+    ops.run_sync(broker, ops.fetch_arrow_many(r, [("t", p, 0, 100) for p in range(2)]))
+    assert broker.codes[6:] == [Command.POLL_MESSAGES] * 2  # never asked again
+
+
+def test_a_refused_partition_among_several_raises_its_error() -> None:
+    with pytest.raises(BayouClientError) as exc:
+        ops.run_sync(ManyBroker(True, refuse=1),
+                     ops.fetch_arrow_many(_resolver(), [("t", p, 0, 9) for p in range(3)]))
+    assert exc.value.status == Status.PARTITION_NOT_FOUND and "t/1" in str(exc.value)
+
+
+@pytest.mark.parametrize("waits", [True, False])
+def test_a_wait_goes_first_in_the_same_round_trip(waits: bool) -> None:
+    r, broker = _resolver(), ManyBroker(True, waits=waits)
+    r.cache["u"] = (m.Identifier("default"), m.Identifier("u"))
+    got = ops.run_sync(broker, ops.fetch_arrow_many(r, [("t", 0, 3, 9), ("t", 2, 7, 9), ("u", 1, 0, 9)],
+                                                    max_wait_ms=250))
+    assert broker.round_trips == 1 and len(got) == 3
+    assert broker.codes == [Command.WAIT_FOR_MESSAGES] + [Command.POLL_BATCHES] * 3
+    [wait] = broker.waited
+    assert wait.max_wait_ms == 250
+    assert [(t.topic.value, t.partitions) for t in wait.topics] == [("t", ((0, 3), (2, 7))), ("u", ((1, 0),))]
+    assert r.waits is waits
+    ops.run_sync(broker, ops.fetch_arrow_many(r, [("t", 0, 3, 9), ("t", 1, 0, 9)], max_wait_ms=250))
+    assert broker.codes[4:] == ([Command.WAIT_FOR_MESSAGES] if waits else []) + [Command.POLL_BATCHES] * 2
