@@ -206,9 +206,10 @@ def test_assign_and_seek(broker: BrokerProcess, client: Client) -> None:
 @pytest.mark.parametrize("fetch_ahead", [True, False])
 def test_a_consumer_of_several_partitions_shares_each_poll_and_reads_every_record_once(
         broker: BrokerProcess, client: Client, fetch_ahead: bool) -> None:
-    """Several partitions are polled together (one round trip), each for its share of the
-    poll's records: a poll never passes ``max_poll_records``, and every record comes once, in
-    its partition's order, whatever each partition holds."""
+    """Several partitions are polled together (one round trip), each asked for all the poll may
+    still take, and what a poll does not return is kept for the next ones: a poll never passes
+    ``max_poll_records``, and every record comes once, in its partition's order, whatever each
+    partition holds."""
     topic = f"sdk-several-{fetch_ahead}"
     client.create_topic(topic, 3)
     sizes = {0: 40, 1: 3, 2: 0}

@@ -119,7 +119,10 @@ class Consumer:
         self.client = Client(bootstrap, username=username, password=password, timeout=timeout, tls=tls)
         self._client_args = (bootstrap, username, password, timeout, tls)
         self.fetch_ahead = fetch_ahead
-        self._ahead: dict[TopicPartition, tuple[int, Future[pa.RecordBatch]]] = {}
+        # per partition: a batch fetched ahead, or rows a poll of several partitions fetched beyond
+        # what it returned (kept): the position it starts at, the batch, how many rows were asked
+        # for it, whether it was kept
+        self._ahead: dict[TopicPartition, tuple[int, Future[pa.RecordBatch], int, bool]] = {}
         self._fetcher: ThreadPoolExecutor | None = None  # the fetch-ahead thread, made when first needed
         self._fetch_client: Client | None = None  # its connection (used by that thread only)
         self.group_id = group_id
@@ -268,34 +271,34 @@ class Consumer:
                     break
                 pos = self.position(tp)
                 want = limit - taken
-                batch = self._take_ahead(tp, pos, want)
-                if batch is None:
-                    if n > 1:
-                        fetch.append(tp)
-                        continue
+                ahead = self._take_ahead(tp, pos)
+                if ahead is not None:
+                    taken += self._take(tp, *ahead, want, limit, out)
+                elif n > 1:
+                    fetch.append(tp)
+                else:
                     # one partition: the poll itself waits at the broker for its next record (one
-                    # round trip where a wait and a poll take two); several: see _wait
+                    # round trip where a wait and a poll take two); several: below
                     wait_ms = self._wait_ms(deadline)
                     batch = self.client.fetch_arrow(tp.topic, tp.partition, pos, want, max_wait_ms=wait_ms)
                     resolver = self.client.resolver
                     waited = wait_ms > 0 and resolver.poll_batches and resolver.poll_waits
-                taken += self._took(tp, batch, want, limit, out)
+                    taken += self._take(tp, batch, want, False, want, limit, out)
             if fetch and taken < limit:
-                # several partitions: polled in one round trip, each for its share of what is left
-                rest, k = limit - taken, len(fetch)
-                asks = [(tp, rest // k + (i < rest % k)) for i, tp in enumerate(fetch)]
-                asks = [(tp, share) for tp, share in asks if share]
-                # nothing fetched ahead either: a wait at the broker goes first, in the same round
-                # trip (the polls are served once a record is in any of them)
+                # several partitions: polled in one round trip, each asked for all the poll still
+                # takes (rows past it are kept for the next polls, not fetched again); with nothing
+                # fetched ahead either, a wait at the broker goes first in the same round trip (the
+                # polls are served once a record is in any of them)
+                want = limit - taken
                 wait_ms = 0 if out else self._wait_ms(deadline)
-                batches = self.client.fetch_arrow_many([(tp.topic, tp.partition, self.position(tp), share)
-                                                        for tp, share in asks], max_wait_ms=wait_ms)
+                batches = self.client.fetch_arrow_many([(tp.topic, tp.partition, self.position(tp), want)
+                                                        for tp in fetch], max_wait_ms=wait_ms)
                 resolver = self.client.resolver
                 if not resolver.waits:
                     self._server_wait = False
                 waited = wait_ms > 0 and resolver.waits and resolver.poll_batches
-                for (tp, share), batch in zip(asks, batches, strict=True):
-                    taken += self._took(tp, batch, share, limit, out)
+                for tp, batch in zip(fetch, batches, strict=True):
+                    taken += self._take(tp, batch, want, True, limit - taken, limit, out)
             self._rr = (self._rr + 1) % max(n, 1)
             left = deadline - time.monotonic()
             if out or left <= 0:
@@ -305,42 +308,52 @@ class Consumer:
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.1)
 
-    def _took(self, tp: TopicPartition, batch: pa.RecordBatch, asked: int, limit: int,
+    def _take(self, tp: TopicPartition, batch: pa.RecordBatch, asked: int, keep: bool, room: int, limit: int,
               out: list[pa.RecordBatch]) -> int:
-        """Take ``batch`` (``asked`` rows were asked for) into ``out``: the position moves past it,
-        and a full batch has the next one fetched ahead. Its row count."""
-        if not batch.num_rows:
-            return 0
-        last = batch.column(4)[batch.num_rows - 1].as_py()
-        self._positions[tp] = last + 1
-        out.append(batch)
-        if self.fetch_ahead and batch.num_rows == asked:
-            self._fetch_next(tp, last + 1, max(limit, self.max_poll_records))
-        return int(batch.num_rows)
+        """Up to ``room`` rows of ``batch`` (``asked`` rows were asked for) into ``out``, the
+        position moving past them; with ``keep``, rows beyond are kept for the next poll of ``tp``
+        (else they are fetched again). When what was taken fills the room (without ``keep``) or is
+        a whole batch holding all it was asked for (with it), more is likely behind it: the next
+        batch is fetched ahead. How many rows."""
+        head = batch if batch.num_rows <= room else batch.slice(0, room)
+        taken = int(head.num_rows)
+        if taken:
+            self._positions[tp] = head.column(4)[taken - 1].as_py() + 1
+            out.append(head)
+        if keep and taken < batch.num_rows:
+            rest = batch.slice(taken)
+            kept: Future[pa.RecordBatch] = Future()
+            kept.set_result(rest)
+            # "full" if the batch was: taken whole at a later poll, it has the next one fetched ahead
+            self._ahead[tp] = (self.position(tp), kept,
+                               rest.num_rows if batch.num_rows == asked else rest.num_rows + 1, True)
+        elif self.fetch_ahead and taken and taken == (asked if keep else room):
+            self._fetch_next(tp, self._positions[tp], max(limit, self.max_poll_records))
+        return taken
 
-    def _take_ahead(self, tp: TopicPartition, pos: int, want: int) -> pa.RecordBatch | None:
-        """The batch fetched ahead for ``tp`` if it was asked for at ``pos`` (at most ``want``
-        rows of it), else None: the caller fetches now (and so reports any error itself)."""
+    def _take_ahead(self, tp: TopicPartition, pos: int) -> tuple[pa.RecordBatch, int, bool] | None:
+        """The batch fetched ahead (or kept) for ``tp`` if it starts at ``pos``, how many rows
+        were asked for it and whether it was kept; else None: the caller fetches now (and so
+        reports any error itself)."""
         entry = self._ahead.pop(tp, None)
         if entry is None:
             return None
-        at, future = entry
+        at, future, asked, kept = entry
         if at != pos:
             future.cancel()
             return None
         try:
-            batch = future.result()
+            return future.result(), asked, kept
         except Exception:  # fetched again by the caller, which raises it
             # and no more fetching ahead: a second connection that cannot log in (a connection
             # limit, a password changed meanwhile) must not be tried again at every poll
             self.fetch_ahead = False
             return None
-        return batch if batch.num_rows <= want else batch.slice(0, want)
 
     def _fetch_next(self, tp: TopicPartition, pos: int, limit: int) -> None:
         if self._fetcher is None:
             self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="bayou-fetch-ahead")
-        self._ahead[tp] = (pos, self._fetcher.submit(self._fetch_on_thread, tp, pos, limit))
+        self._ahead[tp] = (pos, self._fetcher.submit(self._fetch_on_thread, tp, pos, limit), limit, False)
 
     def _fetch_on_thread(self, tp: TopicPartition, pos: int, limit: int) -> pa.RecordBatch:
         if self._fetch_client is None:
@@ -418,7 +431,7 @@ class Consumer:
         except BayouClientError:
             pass
         finally:
-            for _pos, future in self._ahead.values():
+            for _pos, future, _asked, _kept in self._ahead.values():
                 future.cancel()
             self._ahead.clear()
             if self._fetcher is not None:
