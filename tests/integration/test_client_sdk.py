@@ -4,10 +4,12 @@ idempotence, errors, the asyncio API, and records crossing to and from the V1 pr
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote_to_bytes
 
 import pytest
@@ -26,6 +28,7 @@ from bayou.client import (
     partition_for_key,
 )
 from bayou.client.errors import AuthenticationError, BrokerConnectionError
+from bayou.protocols.iggy import messages as m
 from support.brokers import BrokerProcess, free_port
 
 
@@ -203,6 +206,16 @@ def test_assign_and_seek(broker: BrokerProcess, client: Client) -> None:
             c.commit()  # no group
 
 
+def _from_the_start(broker: BrokerProcess, topic: str, partitions: int, **kw: Any) -> Consumer:
+    """A consumer assigned every partition of ``topic``, each at offset 0."""
+    c = Consumer(_boot(broker), **kw)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    c.assign(tps)
+    for tp in tps:
+        c.seek(tp, 0)
+    return c
+
+
 @pytest.mark.parametrize("fetch_ahead", [True, False])
 def test_a_consumer_of_several_partitions_shares_each_poll_and_reads_every_record_once(
         broker: BrokerProcess, client: Client, fetch_ahead: bool) -> None:
@@ -216,11 +229,7 @@ def test_a_consumer_of_several_partitions_shares_each_poll_and_reads_every_recor
     for p, count in sizes.items():
         if count:
             client.send(topic, p, [b"p%d-%03d" % (p, i) for i in range(count)])
-    tps = [TopicPartition(topic, p) for p in sizes]
-    with Consumer(_boot(broker), max_poll_records=7, fetch_ahead=fetch_ahead) as c:
-        c.assign(tps)
-        for tp in tps:
-            c.seek(tp, 0)
+    with _from_the_start(broker, topic, 3, max_poll_records=7, fetch_ahead=fetch_ahead) as c:
         got: dict[int, list[int]] = {p: [] for p in sizes}
         deadline = time.monotonic() + 30
         while sum(map(len, got.values())) < 43 and time.monotonic() < deadline:
@@ -238,6 +247,96 @@ def test_a_consumer_of_several_partitions_shares_each_poll_and_reads_every_recor
         sender.join()
         assert [(r.partition, r.offset, r.value) for r in late] == [(2, 0, b"late")]
         assert time.monotonic() - started < 4  # the broker woke the wait, not the poll's timeout
+
+
+def test_a_partition_behind_a_backlog_is_not_starved(broker: BrokerProcess, client: Client) -> None:
+    """While one partition has a backlog its batches fetched ahead fill every poll; a record in
+    another partition still comes within a few polls (review: it waited for the whole backlog)."""
+    client.create_topic("sdk-starve", 2)
+    client.send("sdk-starve", 1, [b"b%05d" % i for i in range(3000)])
+    with _from_the_start(broker, "sdk-starve", 2, max_poll_records=100) as c:
+        c.poll(1000)
+        client.send("sdk-starve", 0, [b"lonely"])
+        polls = 0
+        while polls < 10:
+            polls += 1
+            if any(r.partition == 0 for r in c.poll(1000)):
+                break
+        assert polls <= 4, f"partition 0's record came after {polls} polls"
+
+
+def test_a_full_poll_then_a_record_wakes_the_next_poll_of_several_partitions(
+        broker: BrokerProcess, client: Client) -> None:
+    """A poll that took a full batch has the next one fetched ahead, which at the log end comes
+    back empty: the next poll still waits on that partition (review: it was left out of the wait,
+    and a record sent there came back only when the broker's wait ran out, 1 s later)."""
+    client.create_topic("sdk-full-then-one", 2)
+    client.send("sdk-full-then-one", 0, [b"r%02d" % i for i in range(10)])
+    with _from_the_start(broker, "sdk-full-then-one", 2, max_poll_records=10) as c:
+        assert len(c.poll(1000)) == 10  # a full poll: the next batch is fetched ahead (empty)
+        time.sleep(0.2)  # let the fetch ahead finish (it is empty either way)
+        sender = threading.Timer(0.1, lambda: client.send("sdk-full-then-one", 0, [b"late"]))
+        sender.start()
+        started = time.monotonic()
+        late = c.poll(5000)
+        took = time.monotonic() - started
+        sender.join()
+        assert [(r.partition, r.value) for r in late] == [(0, b"late")]
+        assert took < 0.9, f"the record came {took:.2f} s into the poll"
+
+
+def test_a_position_below_the_start_of_a_purged_partition_does_not_spin(
+        broker: BrokerProcess, client: Client) -> None:
+    """WAIT_FOR_MESSAGES counted a partition as ready when its position was below the log start
+    of an empty (purged) partition; its poll reads from the log start and gets nothing, so the
+    consumer asked again at once, for the whole poll (review: 3,002 requests in a 2 s poll)."""
+    client.create_topic("sdk-purged", 2)
+    client.send("sdk-purged", 0, [b"x%d" % i for i in range(5)])
+    with _from_the_start(broker, "sdk-purged", 2) as c:
+        client.run(client.resolver.address("sdk-purged"))
+        stream, topic = client.resolver.cache["sdk-purged"]
+        client.conn.call(m.PurgeTopic(stream, topic))
+        assert client.partition_offsets("sdk-purged", 0).earliest == 5
+        cpu = time.process_time()
+        assert c.poll(1500) == []
+        assert time.process_time() - cpu < 0.5  # a wait, not a loop (a spin took all 1.5 s)
+        client.send("sdk-purged", 0, [b"after"])
+        assert [(r.offset, r.value) for r in c.poll(5000)] == [(5, b"after")]
+
+
+def test_a_cancelled_or_interrupted_request_does_not_leave_replies_for_the_next(
+        broker: BrokerProcess, client: Client) -> None:
+    """Replies left unread by a cancelled (async) or interrupted (sync) exchange would be read as
+    the next requests' replies: the connection is closed instead, and the next request opens a
+    new one."""
+    client.create_topic("sdk-cancel", 2)
+    client.send("sdk-cancel", 0, [b"a", b"b"])
+
+    async def main() -> list[bytes]:
+        async with AsyncClient(_boot(broker)) as c:
+            with pytest.raises(TimeoutError):
+                wants = [("sdk-cancel", 1, 0, 10), ("sdk-cancel", 0, 2, 10)]
+                await asyncio.wait_for(c.fetch_arrow_many(wants, max_wait_ms=3000), 0.3)
+            batch = await c.fetch_arrow("sdk-cancel", 0, 0, 10)
+            return list(batch.column("value").to_pylist())
+
+    assert asyncio.run(main()) == [b"a", b"b"]
+    with Client(_boot(broker)) as c:
+        main_thread = threading.main_thread().ident or 0
+        timer = threading.Timer(0.3, lambda: signal.pthread_kill(main_thread, signal.SIGUSR1))
+
+        def interrupt(_signum: int, _frame: object) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGUSR1, interrupt)
+        try:
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                c.fetch_arrow_many([("sdk-cancel", 1, 0, 10), ("sdk-cancel", 0, 2, 10)], max_wait_ms=3000)
+        finally:
+            timer.join()
+            signal.signal(signal.SIGUSR1, previous)
+        assert c.fetch_arrow("sdk-cancel", 0, 0, 10).column("value").to_pylist() == [b"a", b"b"]
 
 
 def _fetch_ahead_threads() -> list[threading.Thread]:

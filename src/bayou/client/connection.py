@@ -149,15 +149,20 @@ class Connection:
 
     def raw(self, frame: bytes | UniformSend) -> tuple[int, bytes]:
         """Send one encoded request frame and return (status, payload)."""
-        with self.lock:
-            self.send_frames([frame])
-            return self.read_reply()
+        [reply] = self.raw_many([frame])
+        return reply
 
-    def raw_many(self, frames: Sequence[bytes]) -> list[tuple[int, bytes]]:
-        """Send ``frames`` together and return each one's (status, payload), in order."""
+    def raw_many(self, frames: Sequence[bytes | UniformSend]) -> list[tuple[int, bytes]]:
+        """Send ``frames`` together and return each one's (status, payload), in order. Anything
+        that interrupts the reading (a signal handler's exception, KeyboardInterrupt) closes the
+        connection: the replies left unread would be read as the next requests' replies."""
         with self.lock:
             self.send_frames(frames)
-            return [self.read_reply() for _ in frames]
+            try:
+                return [self.read_reply() for _ in frames]
+            except BaseException:
+                self.close()
+                raise
 
     def call(self, req: m.Request) -> Any:
         """Send ``req`` and return its decoded reply; a non-zero status raises."""
@@ -227,6 +232,12 @@ class AsyncConnection:
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
             await self.close()
             raise BrokerConnectionError(f"request failed: {exc}") from None
+        except BaseException:  # cancelled mid-exchange: the replies left unread would be read as the
+            # next requests' replies, so the connection goes (without awaiting: we are cancelled)
+            writer, self._writer, self._reader = self._writer, None, None
+            if writer is not None:
+                writer.close()
+            raise
         return replies
 
     async def raw(self, frame: bytes | UniformSend) -> tuple[int, bytes]:

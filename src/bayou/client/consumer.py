@@ -107,6 +107,12 @@ class Consumer:
     for (a seek or a new assignment drops it); records in the log do not change, so it is what a
     fetch at the next poll would read. A fetch ahead that fails turns fetching ahead off (the
     poll fetches on its own connection, which reports any error).
+
+    With several partitions, a poll asks every partition it has nothing in hand for in one round
+    trip (a wait at the broker in front of them when it has nothing at all), each for as many
+    records as the poll may still return; what it does not return is kept for the next polls. So
+    the consumer holds at most one batch of up to ``max_poll_records`` records per assigned
+    partition, fetched ahead or kept, as fetching ahead alone already could.
     """
 
     def __init__(self, bootstrap: str = "127.0.0.1:8090", *, group_id: str | None = None,
@@ -268,7 +274,14 @@ class Consumer:
             for i in range(n):
                 tp = self._assigned[(self._rr + i) % n]
                 if taken >= limit:
-                    break
+                    if n == 1:
+                        break
+                    # no room left, but a partition with nothing in hand is still polled (its rows
+                    # kept): else partitions with data ahead would starve it
+                    entry = self._ahead.get(tp)
+                    if entry is None or entry[0] != self.position(tp):
+                        fetch.append(tp)
+                    continue
                 pos = self.position(tp)
                 want = limit - taken
                 ahead = self._take_ahead(tp, pos)
@@ -284,12 +297,12 @@ class Consumer:
                     resolver = self.client.resolver
                     waited = wait_ms > 0 and resolver.poll_batches and resolver.poll_waits
                     taken += self._take(tp, batch, want, False, want, limit, out)
-            if fetch and taken < limit:
+            if fetch:
                 # several partitions: polled in one round trip, each asked for all the poll still
                 # takes (rows past it are kept for the next polls, not fetched again); with nothing
                 # fetched ahead either, a wait at the broker goes first in the same round trip (the
                 # polls are served once a record is in any of them)
-                want = limit - taken
+                want = limit - taken or limit
                 wait_ms = 0 if out else self._wait_ms(deadline)
                 batches = self.client.fetch_arrow_many([(tp.topic, tp.partition, self.position(tp), want)
                                                         for tp in fetch], max_wait_ms=wait_ms)
@@ -343,7 +356,9 @@ class Consumer:
             future.cancel()
             return None
         try:
-            return future.result(), asked, kept
+            batch = future.result()
+            # an empty batch fetched ahead: polled again (and so waited on with the others)
+            return (batch, asked, kept) if batch.num_rows else None
         except Exception:  # fetched again by the caller, which raises it
             # and no more fetching ahead: a second connection that cannot log in (a connection
             # limit, a password changed meanwhile) must not be tried again at every poll

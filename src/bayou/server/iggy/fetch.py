@@ -204,8 +204,12 @@ class FetchHandlers:
             waiters = self.broker.data_waiters((t, p) for t, p, _o in listed) if wait_s > 0 else []
             try:
                 # past the last record, not the high watermark: Kafka transaction markers at the
-                # end are nothing a poll returns, and would end every wait at once
-                ready = sum(1 for t, p, offset in listed if self.broker.records_end(t, p) > offset)
+                # end are nothing a poll returns, and would end every wait at once; and past the
+                # log start (a poll from below it reads from there: a purged, empty partition has
+                # nothing for it)
+                bounds = self.broker.partition_bounds
+                ready = sum(1 for t, p, offset in listed
+                            if self.broker.records_end(t, p) > max(offset, bounds(t, p)[0]))
                 left = deadline - asyncio.get_running_loop().time()
                 if ready or left <= 0 or not waiters or self.broker.closing:
                     return U32.pack(ready)
