@@ -231,6 +231,8 @@ def fetch_arrow_many(r: Resolver, wants: Sequence[tuple[str, int, int, int]], in
     Batches in the order asked; the first refusal raises its error (every reply is read first, so
     the connection stays in step). A broker without POLL_BATCHES is asked a partition at a time
     with POLL_MESSAGES."""
+    if not wants:
+        return []
     addrs = []
     for topic, _partition, _offset, _count in wants:
         addrs.append((yield from r.address(topic)))

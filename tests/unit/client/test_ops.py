@@ -110,6 +110,12 @@ def test_several_partitions_are_polled_in_one_round_trip() -> None:
     assert all(b.column("value").to_pylist() == [b"v%d" % i for i in range(5)] for b in got)
 
 
+def test_no_partitions_ask_nothing() -> None:
+    broker = ManyBroker(True)
+    assert ops.run_sync(broker, ops.fetch_arrow_many(_resolver(), [], max_wait_ms=500)) == []
+    assert broker.round_trips == 0
+
+
 def test_without_poll_batches_several_partitions_are_polled_one_by_one() -> None:
     r, broker = _resolver(), ManyBroker(False)
     got = ops.run_sync(broker, ops.fetch_arrow_many(r, [("t", p, 0, 100) for p in range(3)]))
