@@ -10,14 +10,24 @@ Phases (each reports msg/s, MB/s and the CPU seconds of this process and of the 
   consumer       Consumer.poll() records (Python objects per record) of partition 0, fetch-ahead on
   newest         the newest message's latency: one message per ms, a consumer at the log end
 
+Run alone (--only), in a process of their own:
+  newest         as above (--newest-partitions: the sender goes round them, the consumer has all)
+  send           Client.send() of --messages values, --batch a call, into one partition: wall,
+                 this process's CPU and minor page faults per send (a process that has not
+                 warmed its heap, as an application that only sends, or a Spark sink task)
+  consume-all    a Consumer assigned every partition (--partitions) reading --messages records
+                 from the start, at max_poll_records 500 and --batch
+
     .venv/bin/python benchmarks/sdk_bench.py
     .venv/bin/python benchmarks/sdk_bench.py --messages 200000 --fsync always --profile producer
+    .venv/bin/python benchmarks/sdk_bench.py --only consume-all --partitions 4
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -59,7 +69,7 @@ def main() -> None:
     ap.add_argument("--fsync", default="never", help="broker fsync policy (always|never|interval:MS)")
     ap.add_argument("--bootstrap", help="use a running broker's Iggy listener instead of starting one")
     ap.add_argument("--profile", metavar="PHASE", help="run PHASE under pyinstrument and print the profile")
-    ap.add_argument("--only", choices=["newest"], help="run only this phase")
+    ap.add_argument("--only", choices=["newest", "send", "consume-all"], help="run only this phase")
     ap.add_argument("--newest-partitions", type=int, default=1,
                     help="partitions of the newest-message topic: the sender goes round them, the "
                          "consumer is assigned all of them")
@@ -209,8 +219,44 @@ def main() -> None:
                 print(f"{'newest message':<15} {len(lat):>10,} of {total:,} at 1,000/s{where}: from send to "
                       f"poll() p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1] * 1000:.1f} ms", flush=True)
 
-        if args.only == "newest":
-            newest()
+        def send_alone() -> None:
+            client.create_topic("bench-send-alone", 1)
+            values = [value] * args.batch
+            sends = max(1, n // args.batch)
+            for _ in range(20):  # warm-up: the connection, the topic, the broker's segment
+                client.send("bench-send-alone", 0, values)
+            faults, cpu, broker = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time(),
+                                   _cpu(broker_pid) if broker_pid else 0.0)
+            start = time.perf_counter()
+            for _ in range(sends):
+                client.send("bench-send-alone", 0, values)
+            wall = time.perf_counter() - start
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+            _report("send", sends * args.batch, size, wall, time.process_time() - cpu,
+                    (_cpu(broker_pid) - broker) if broker_pid else 0.0)
+            print(f"{'':<15} {faults / sends:,.0f} page faults of this process a send", flush=True)
+
+        def consume_all() -> None:
+            client.create_topic("bench-consume-all", args.partitions)
+            values = [value] * args.batch
+            for i in range(max(1, n // args.batch)):
+                client.send("bench-consume-all", i % args.partitions, values)
+            tps = [TopicPartition("bench-consume-all", p) for p in range(args.partitions)]
+            for max_poll in (500, args.batch):
+                def read(max_poll: int = max_poll) -> int:
+                    with Consumer(boot, max_poll_records=max_poll) as c:
+                        c.assign(tps)
+                        for tp in tps:
+                            c.seek(tp, 0)
+                        got = 0
+                        while got < n:
+                            got += len(c.poll(1000))
+                    return got
+                phase(f"consume-{max_poll}", read)
+
+        only = {"newest": newest, "send": send_alone, "consume-all": consume_all}
+        if args.only:
+            only[args.only]()
             return
         phase("producer", produce_plain)
         phase("producer-keyed", produce_keyed)
