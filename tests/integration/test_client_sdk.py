@@ -381,6 +381,34 @@ def test_fetch_ahead_reads_each_record_once_and_a_seek_or_assign_drops_what_it_f
         assert not _fetch_ahead_threads()
 
 
+def test_a_small_max_poll_records_does_not_cost_a_round_trip_per_poll(
+        broker: BrokerProcess, client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch fetched ahead is about 1 MiB of records, whatever ``max_poll_records`` is, and
+    the polls after it take from it: 2,000 small records read 10 a poll take a few fetches, where
+    they took one per poll (200)."""
+    client.create_topic("sdk-small-polls", 1)
+    client.send("sdk-small-polls", 0, [b"v%05d" % i for i in range(2000)])
+    fetches: list[int] = []
+    fetch = Client.fetch_arrow
+
+    def counted(self: Client, topic: str, partition: int, offset: int, max_records: int = 10_000,
+                **kw: Any) -> Any:
+        fetches.append(max_records)
+        return fetch(self, topic, partition, offset, max_records, **kw)
+
+    monkeypatch.setattr(Client, "fetch_arrow", counted)
+    with _from_the_start(broker, "sdk-small-polls", 1, max_poll_records=10) as c:
+        got: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2000 and time.monotonic() < deadline:
+            records = c.poll(1000)
+            assert len(records) <= 10
+            got += [r.offset for r in records]
+        assert got == list(range(2000))
+    assert len(fetches) <= 5, fetches
+    assert max(fetches) >= 2000  # ~1 MiB of 7-byte records: more than the topic holds
+
+
 def test_a_failed_fetch_ahead_is_fetched_again_and_turns_fetching_ahead_off(
         broker: BrokerProcess, client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     client.create_topic("sdk-ahead-fails", 1)

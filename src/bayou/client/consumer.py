@@ -27,6 +27,8 @@ from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codes import Status
 
 WAIT_SLICE_S = 1.0  # the longest one wait at the broker lasts (positions and assignment are re-read)
+AHEAD_BYTES = 1 << 20  # what a fetch ahead asks for, about (Kafka's max.partition.fetch.bytes)
+AHEAD_MAX_RECORDS = 100_000
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -103,16 +105,19 @@ class Consumer:
     With ``fetch_ahead`` (the default), a poll that returns a full batch of a partition (more is
     likely behind it) has the next batch fetched at once, by a thread of its own on a second
     connection, while the caller handles the records: a consumer catching up does not wait for
-    the broker between polls. The batch is used only if the position is still where it was asked
-    for (a seek or a new assignment drops it); records in the log do not change, so it is what a
-    fetch at the next poll would read. A fetch ahead that fails turns fetching ahead off (the
-    poll fetches on its own connection, which reports any error).
+    the broker between polls. That batch is about 1 MiB of records (``AHEAD_BYTES``, sized from
+    the records just read; at least ``max_poll_records``), and the polls after it take from it,
+    so a small ``max_poll_records`` does not cost a round trip per poll. The batch is used only if
+    the position is still where it was asked for (a seek or a new assignment drops it); records in
+    the log do not change, so it is what a fetch at the next poll would read. A fetch ahead that
+    fails turns fetching ahead off (the poll fetches on its own connection, which reports any
+    error).
 
     With several partitions, a poll asks every partition it has nothing in hand for in one round
     trip (a wait at the broker in front of them when it has nothing at all), each for as many
     records as the poll may still return; what it does not return is kept for the next polls. So
-    the consumer holds at most one batch of up to ``max_poll_records`` records per assigned
-    partition, fetched ahead or kept, as fetching ahead alone already could.
+    the consumer holds at most one batch per assigned partition: fetched ahead (about 1 MiB) or
+    kept (at most ``max_poll_records`` records).
     """
 
     def __init__(self, bootstrap: str = "127.0.0.1:8090", *, group_id: str | None = None,
@@ -125,10 +130,9 @@ class Consumer:
         self.client = Client(bootstrap, username=username, password=password, timeout=timeout, tls=tls)
         self._client_args = (bootstrap, username, password, timeout, tls)
         self.fetch_ahead = fetch_ahead
-        # per partition: a batch fetched ahead, or rows a poll of several partitions fetched beyond
-        # what it returned (kept): the position it starts at, the batch, how many rows were asked
-        # for it, whether it was kept
-        self._ahead: dict[TopicPartition, tuple[int, Future[pa.RecordBatch], int, bool]] = {}
+        # per partition: a batch fetched ahead, or rows fetched beyond what a poll returned (kept):
+        # the position it starts at, the batch, how many rows were asked for it
+        self._ahead: dict[TopicPartition, tuple[int, Future[pa.RecordBatch], int]] = {}
         self._fetcher: ThreadPoolExecutor | None = None  # the fetch-ahead thread, made when first needed
         self._fetch_client: Client | None = None  # its connection (used by that thread only)
         self.group_id = group_id
@@ -296,7 +300,7 @@ class Consumer:
                     batch = self.client.fetch_arrow(tp.topic, tp.partition, pos, want, max_wait_ms=wait_ms)
                     resolver = self.client.resolver
                     waited = wait_ms > 0 and resolver.poll_batches and resolver.poll_waits
-                    taken += self._take(tp, batch, want, False, want, limit, out)
+                    taken += self._take(tp, batch, want, want, limit, out)
             if fetch:
                 # several partitions: polled in one round trip, each asked for all the poll still
                 # takes (rows past it are kept for the next polls, not fetched again); with nothing
@@ -311,7 +315,7 @@ class Consumer:
                     self._server_wait = False
                 waited = wait_ms > 0 and resolver.waits and resolver.poll_batches
                 for tp, batch in zip(fetch, batches, strict=True):
-                    taken += self._take(tp, batch, want, True, limit - taken, limit, out)
+                    taken += self._take(tp, batch, want, limit - taken, limit, out)
             self._rr = (self._rr + 1) % max(n, 1)
             left = deadline - time.monotonic()
             if out or left <= 0:
@@ -321,44 +325,45 @@ class Consumer:
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.1)
 
-    def _take(self, tp: TopicPartition, batch: pa.RecordBatch, asked: int, keep: bool, room: int, limit: int,
+    def _take(self, tp: TopicPartition, batch: pa.RecordBatch, asked: int, room: int, limit: int,
               out: list[pa.RecordBatch]) -> int:
         """Up to ``room`` rows of ``batch`` (``asked`` rows were asked for) into ``out``, the
-        position moving past them; with ``keep``, rows beyond are kept for the next poll of ``tp``
-        (else they are fetched again). When what was taken fills the room (without ``keep``) or is
-        a whole batch holding all it was asked for (with it), more is likely behind it: the next
-        batch is fetched ahead. How many rows."""
+        position moving past them; rows beyond are kept for the next polls of ``tp``. Once a batch
+        that held all it was asked for (more is likely behind it) is taken to its end, the next
+        one is fetched ahead: about ``AHEAD_BYTES`` of records, so that a small ``max_poll_records``
+        does not make a round trip per poll. How many rows were taken."""
         head = batch if batch.num_rows <= room else batch.slice(0, room)
         taken = int(head.num_rows)
         if taken:
             self._positions[tp] = head.column(4)[taken - 1].as_py() + 1
             out.append(head)
-        if keep and taken < batch.num_rows:
+        if taken < batch.num_rows:
             rest = batch.slice(taken)
             kept: Future[pa.RecordBatch] = Future()
             kept.set_result(rest)
-            # "full" if the batch was: taken whole at a later poll, it has the next one fetched ahead
+            # "full" if the batch was: taken to its end at a later poll, it has the next fetched ahead
             self._ahead[tp] = (self.position(tp), kept,
-                               rest.num_rows if batch.num_rows == asked else rest.num_rows + 1, True)
-        elif self.fetch_ahead and taken and taken == (asked if keep else room):
-            self._fetch_next(tp, self._positions[tp], max(limit, self.max_poll_records))
+                               rest.num_rows if batch.num_rows == asked else rest.num_rows + 1)
+        elif self.fetch_ahead and taken and taken == asked:
+            per_record = max(1, head.nbytes // taken)
+            records = max(limit, self.max_poll_records, min(AHEAD_MAX_RECORDS, AHEAD_BYTES // per_record))
+            self._fetch_next(tp, self._positions[tp], records)
         return taken
 
-    def _take_ahead(self, tp: TopicPartition, pos: int) -> tuple[pa.RecordBatch, int, bool] | None:
-        """The batch fetched ahead (or kept) for ``tp`` if it starts at ``pos``, how many rows
-        were asked for it and whether it was kept; else None: the caller fetches now (and so
-        reports any error itself)."""
+    def _take_ahead(self, tp: TopicPartition, pos: int) -> tuple[pa.RecordBatch, int] | None:
+        """The batch fetched ahead (or kept) for ``tp`` if it starts at ``pos``, and how many rows
+        were asked for it; else None: the caller fetches now (and so reports any error itself)."""
         entry = self._ahead.pop(tp, None)
         if entry is None:
             return None
-        at, future, asked, kept = entry
+        at, future, asked = entry
         if at != pos:
             future.cancel()
             return None
         try:
             batch = future.result()
             # an empty batch fetched ahead: polled again (and so waited on with the others)
-            return (batch, asked, kept) if batch.num_rows else None
+            return (batch, asked) if batch.num_rows else None
         except Exception:  # fetched again by the caller, which raises it
             # and no more fetching ahead: a second connection that cannot log in (a connection
             # limit, a password changed meanwhile) must not be tried again at every poll
@@ -368,7 +373,7 @@ class Consumer:
     def _fetch_next(self, tp: TopicPartition, pos: int, limit: int) -> None:
         if self._fetcher is None:
             self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="bayou-fetch-ahead")
-        self._ahead[tp] = (pos, self._fetcher.submit(self._fetch_on_thread, tp, pos, limit), limit, False)
+        self._ahead[tp] = (pos, self._fetcher.submit(self._fetch_on_thread, tp, pos, limit), limit)
 
     def _fetch_on_thread(self, tp: TopicPartition, pos: int, limit: int) -> pa.RecordBatch:
         if self._fetch_client is None:
@@ -446,7 +451,7 @@ class Consumer:
         except BayouClientError:
             pass
         finally:
-            for _pos, future, _asked, _kept in self._ahead.values():
+            for _pos, future, _asked in self._ahead.values():
                 future.cancel()
             self._ahead.clear()
             if self._fetcher is not None:
