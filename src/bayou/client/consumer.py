@@ -28,6 +28,7 @@ from bayou.protocols.iggy.codes import Status
 
 WAIT_SLICE_S = 1.0  # the longest one wait at the broker lasts (positions and assignment are re-read)
 AHEAD_BYTES = 1 << 20  # what a fetch ahead asks for, about (Kafka's max.partition.fetch.bytes)
+AHEAD_TOTAL_BYTES = 64 << 20  # and over all the assigned partitions (Kafka's fetch.max.bytes is 50 MB)
 AHEAD_MAX_RECORDS = 100_000
 
 
@@ -106,7 +107,8 @@ class Consumer:
     likely behind it) has the next batch fetched at once, by a thread of its own on a second
     connection, while the caller handles the records: a consumer catching up does not wait for
     the broker between polls. That batch is about 1 MiB of records (``AHEAD_BYTES``, sized from
-    the records just read; at least ``max_poll_records``), and the polls after it take from it,
+    the records just read, and 64 MiB over all the assigned partitions; at least
+    ``max_poll_records``), and the polls after it take from it,
     so a small ``max_poll_records`` does not cost a round trip per poll. The batch is used only if
     the position is still where it was asked for (a seek or a new assignment drops it); records in
     the log do not change, so it is what a fetch at the next poll would read. A fetch ahead that
@@ -346,7 +348,8 @@ class Consumer:
                                rest.num_rows if batch.num_rows == asked else rest.num_rows + 1)
         elif self.fetch_ahead and taken and taken == asked:
             per_record = max(1, head.nbytes // taken)
-            records = max(limit, self.max_poll_records, min(AHEAD_MAX_RECORDS, AHEAD_BYTES // per_record))
+            budget = min(AHEAD_BYTES, AHEAD_TOTAL_BYTES // max(1, len(self._assigned)))
+            records = max(limit, self.max_poll_records, min(AHEAD_MAX_RECORDS, budget // per_record))
             self._fetch_next(tp, self._positions[tp], records)
         return taken
 
