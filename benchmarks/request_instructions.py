@@ -26,7 +26,10 @@ write (frame splitting and the write are not counted):
   whose writer here is a stub (``write`` keeps the bytes, ``drain`` returns);
 - **iggy**: ``IggyService.handle_legacy(session, frame)`` then ``_metered`` and ``meter.record``
   (what ``_serve``'s per-frame ``handle`` does), for a legacy-transport SendMessages after a login;
-- **v1**: ``RtesService.handle_line(line)`` for ``V1|<cid>|PRODUCE|topic k:<100 bytes>``.
+- **v1**: ``RtesService.handle_line(line)`` for ``V1|<cid>|PRODUCE|topic k:<100 bytes>``;
+- **kafka-fetch**: kafka's produce, then a consumer's Fetch v11 of that record (max_wait 0, the
+  frame built beforehand as a client would): its figure minus kafka's is what one fetch of the
+  newest record costs, the other half of a waiting consumer's end-to-end path.
 
 ``--socket`` measures whole broker subprocesses instead, served through a socket one request at a
 time (pipeline_bench.py's client and requests; the client's setup, its login and topic, made in
@@ -72,7 +75,7 @@ from bayou.storage.config import FsyncPolicy  # noqa: E402
 TOPIC = "pipe"
 VALUE = b"x" * 100
 WARMUP = 200
-PROTOCOLS = ("kafka", "cursus", "tank", "iggy", "v1")
+PROTOCOLS = ("kafka", "cursus", "tank", "iggy", "v1", "kafka-fetch")
 
 Step = Callable[[], Awaitable[None]]
 
@@ -129,6 +132,47 @@ async def _kafka(b: Broker) -> tuple[str, Step]:
     async def step() -> None:
         await svc.answer(produce, session, where)
     return TOPIC, step
+
+
+async def _kafka_fetch(b: Broker) -> tuple[str, Step]:
+    """kafka's produce, then a consumer's Fetch v11 of that record at its offset (max_wait 0), as
+    a waiting consumer's next fetch reads a record just appended: minus kafka's row, a fetch."""
+    from bayou.protocols.kafka import codec
+    from bayou.protocols.kafka.build import build
+    from bayou.protocols.kafka.codes import ApiKey
+    from bayou.protocols.kafka.framing import RequestHeader
+    from bayou.server.kafka import KafkaService
+    from bayou.server.kafka_context import Advertised, Session
+
+    topic, produce = await _kafka(b)
+    svc = KafkaService(b)
+    session = Session("127.0.0.1:40001")
+    where = Advertised(0, "localhost", 9092)
+    head = RequestHeader(ApiKey.FETCH, 11, 0, "bench", False, 0)
+    schema = codec.request_schema(ApiKey.FETCH, 11)
+    frames = {}  # offset -> the Fetch frame (built up front: kio's build is a client's cost)
+
+    def fetch(offset: int) -> bytes:
+        body = build(schema, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                     session_id=0, session_epoch=-1, rack_id="", topics=[{"topic": topic, "partitions": [
+                         {"partition": 0, "fetch_offset": offset, "current_leader_epoch": -1,
+                          "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}])
+        return codec.encode_request(head, body)[4:]
+
+    log = b.partition(topic, 0).log
+
+    async def step() -> None:
+        await produce()
+        offset = log.next_offset - 1
+        frame = frames.pop(offset, None) or fetch(offset)
+        reply = await svc.answer(frame, session, where)
+        data = reply if isinstance(reply, bytes | bytearray) else b"".join(reply or ())
+        if VALUE not in data:
+            raise SystemExit(f"Fetch of offset {offset} returned no record: {reply!r}")
+
+    for offset in range(WARMUP + 20_000):
+        frames[offset] = fetch(offset)
+    return topic, step
 
 
 async def _cursus(b: Broker) -> tuple[str, Step]:
@@ -219,7 +263,8 @@ async def _v1(b: Broker) -> tuple[str, Step]:
 
 
 SETUPS: dict[str, Callable[[Broker], Awaitable[tuple[str, Step]]]] = {
-    "kafka": _kafka, "cursus": _cursus, "tank": _tank, "iggy": _iggy, "v1": _v1}
+    "kafka": _kafka, "cursus": _cursus, "tank": _tank, "iggy": _iggy, "v1": _v1,
+    "kafka-fetch": _kafka_fetch}
 
 
 def _stored(b: Broker, topic: str) -> dict[str, int]:
@@ -342,6 +387,7 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind not found: install it (apt-get install valgrind)")
     if args.socket:
+        protocols = [p for p in protocols if p != "kafka-fetch"]  # produce requests only
         print(f"instructions per one-message ({len(VALUE)}-byte) produce request of a broker subprocess "
               f"served through a socket one at a time, fsync=never ({args.requests:,} requests; "
               "cachegrind I refs, user space only)", flush=True)

@@ -3,6 +3,7 @@ reads the Produce requests kio reads."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import SUPPORTED, ApiKey
 from bayou.protocols.kafka.fast import (
     COPY_BELOW,
+    decode_fetch,
     decode_produce,
     encode_fetch_response,
     encode_produce_response,
@@ -163,6 +165,17 @@ def test_the_fast_produce_reader_reads_what_kio_reads(
     assert same_body(fast[0], kio[0]) and fast[1] == kio[1] == len(trailing)
 
 
+def damaged(frame: bytes, flexible: bool, cut: int, flips: list[tuple[int, int]]) -> tuple[int, bytearray]:
+    """The header's size, and ``frame`` with bytes of its body changed (``flips``) and, for an odd
+    ``cut``, that many bytes cut from its end (never into the header)."""
+    out = bytearray(frame)
+    head = decode_header(out, flexible=flexible).size
+    for pos, value in flips:
+        if head <= pos < len(out):
+            out[pos] = value
+    return head, out[:max(head, len(out) - cut)] if cut % 2 else out
+
+
 @pytest.mark.parametrize("version", [3, 8, 9, 12])
 @given(topic_data=produce_topics.filter(bool), cut=st.integers(1, 400), flips=st.lists(
     st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=3))
@@ -170,12 +183,7 @@ def test_a_damaged_produce_is_read_as_kio_reads_it_or_left_to_kio(
         version: int, topic_data: list[dict[str, Any]], cut: int, flips: list[tuple[int, int]]) -> None:
     """A frame cut short or with bytes changed: what the fast reader accepts, kio reads the same;
     anything else it leaves to kio (None), which then answers with the error."""
-    frame = bytearray(produce_frame(version, "t-1", 1, topic_data))
-    head = decode_header(frame, flexible=version >= 9).size
-    for pos, value in flips:
-        if head <= pos < len(frame):
-            frame[pos] = value
-    frame = frame[:max(head, len(frame) - cut)] if cut % 2 else frame
+    head, frame = damaged(produce_frame(version, "t-1", 1, topic_data), version >= 9, cut, flips)
     fast = decode_produce(frame, version, head)
     if fast is not None:
         kio = kio_read(bytes(frame))  # kio reads read-only buffers (frames are bytes)
@@ -197,3 +205,93 @@ def test_unusual_produce_bodies_are_left_to_kio() -> None:
     null_array = bytearray(produce_frame(7, None, 1, []))
     null_array[-4:] = b"\xff\xff\xff\xff"  # topic_data null
     assert decode_produce(null_array, 7, decode_header(null_array, flexible=False).size) is None
+
+
+# -- Fetch requests read without kio (decode_fetch) ----------------------------------------------
+
+I32 = st.integers(-(1 << 31), (1 << 31) - 1)
+I64 = st.integers(-(1 << 63), (1 << 63) - 1)
+fetch_request_partition = st.fixed_dictionaries(
+    {"partition": I32, "current_leader_epoch": I32, "fetch_offset": I64, "last_fetched_epoch": I32,
+     "log_start_offset": I64, "partition_max_bytes": I32})
+fetch_request_topics = st.lists(st.fixed_dictionaries(
+    {"topic": st.text(max_size=12), "partitions": st.lists(fetch_request_partition, max_size=3)}), max_size=3)
+forgotten = st.lists(st.fixed_dictionaries({"topic": st.text(max_size=8),
+                                            "partitions": st.lists(I32, max_size=4)}), max_size=2)
+fetch_fields = st.fixed_dictionaries(
+    {"replica_id": I32, "max_wait": st.integers(-(1 << 31), (1 << 31) - 1), "min_bytes": I32,
+     "max_bytes": I32, "isolation_level": st.integers(-128, 127), "session_id": I32,
+     "session_epoch": I32, "topics": fetch_request_topics, "forgotten_topics_data": forgotten,
+     "rack_id": st.text(max_size=6)})
+
+
+def fetch_frame(version: int, fields: dict[str, Any]) -> bytes:
+    """A Fetch request frame (without its size) as kio writes it."""
+    header = RequestHeader(ApiKey.FETCH, version, 9, "consumer",
+                           codec.request_is_flexible(ApiKey.FETCH, version), 0)
+    return codec.encode_request(header, build(codec.request_schema(ApiKey.FETCH, version), **fields))[4:]
+
+
+def kio_read_fetch(frame: bytes | bytearray) -> tuple[Any, int] | None:
+    header = decode_header(frame, flexible=codec.request_is_flexible(ApiKey.FETCH, frame[3]))
+    try:
+        return codec._read_body(codec.request_schema(ApiKey.FETCH, frame[3]), frame, header.size)
+    except KafkaError:
+        return None
+
+
+def same_fetch(version: int, fast: Any, kio: Any) -> bool:
+    """The fast body, turned into kio's (``codec.kio_body``), is kio's; and the wait agrees."""
+    header = RequestHeader(ApiKey.FETCH, version, 9, "consumer", version >= 12, 0)
+    return (codec.kio_body(header, fast) == kio and fast.max_wait == kio.max_wait
+            and fast.max_wait_ms == kio.max_wait // datetime.timedelta(milliseconds=1))
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+@given(fields=fetch_fields, trailing=st.binary(max_size=3))
+def test_the_fast_fetch_reader_reads_what_kio_reads(version: int, fields: dict[str, Any],
+                                                    trailing: bytes) -> None:
+    frame = fetch_frame(version, fields) + trailing
+    header = decode_header(frame, flexible=version >= 12)
+    fast = decode_fetch(frame, version, header.size)
+    kio = kio_read_fetch(frame)
+    assert fast is not None and kio is not None
+    assert same_fetch(version, fast[0], kio[0]) and fast[1] == kio[1] == len(trailing)
+    # what a decoded request is written back as (encode_request) is the frame it was read from
+    written = codec.encode_request(decode_header(frame, flexible=version >= 12), fast[0])
+    assert written[4:] == frame[:len(frame) - len(trailing)]
+
+
+@pytest.mark.parametrize("version", [4, 7, 9, 11, 12])
+@given(fields=fetch_fields, cut=st.integers(1, 300), flips=st.lists(
+    st.tuples(st.integers(0, 300), st.integers(0, 255)), max_size=3))
+def test_a_damaged_fetch_is_read_as_kio_reads_it_or_left_to_kio(
+        version: int, fields: dict[str, Any], cut: int, flips: list[tuple[int, int]]) -> None:
+    head, frame = damaged(fetch_frame(version, fields), version >= 12, cut, flips)
+    fast = decode_fetch(frame, version, head)
+    if fast is not None:
+        kio = kio_read_fetch(bytes(frame))
+        assert kio is not None and same_fetch(version, fast[0], kio[0]) and fast[1] == kio[1]
+
+
+def test_unusual_fetch_bodies_are_left_to_kio() -> None:
+    fields = {"max_wait": 500, "min_bytes": 1, "topics": [{"topic": "t", "partitions": [
+        {"partition": 0, "fetch_offset": 3, "partition_max_bytes": 1 << 20}]}], "forgotten_topics_data": []}
+    ok = fetch_frame(12, fields)
+    head = decode_header(ok, flexible=True).size
+    assert decode_fetch(ok, 12, head) is not None
+    with_cluster_id = fetch_frame(12, dict(fields, cluster_id="c"))  # v12's tagged field
+    read = decode_fetch(with_cluster_id, 12, head)
+    kio = kio_read_fetch(with_cluster_id)
+    assert read is None and kio is not None and kio[0].cluster_id == "c"
+    # served through kio then: the request decodes with its tagged field
+    assert codec.decode_request(with_cluster_id).body.cluster_id == "c"
+    assert decode_fetch(ok, 13, head) is None and decode_fetch(ok, 3, head) is None
+    null_topics = bytearray(fetch_frame(7, dict(fields, topics=[])))
+    at = len(null_topics) - 8  # topics (i32 count), then forgotten_topics_data (i32 count)
+    null_topics[at:at + 4] = b"\xff\xff\xff\xff"
+    assert decode_fetch(null_topics, 7, decode_header(null_topics, flexible=False).size) is None
+    bad_name = fetch_frame(7, dict(fields, topics=[{"topic": "tt", "partitions": []}]))
+    at = bad_name.index(b"tt")
+    assert decode_fetch(bad_name[:at] + b"\xff\xfe" + bad_name[at + 2:], 7,
+                        decode_header(bad_name, flexible=False).size) is None

@@ -107,11 +107,14 @@ def decode_request(frame: bytes | bytearray | memoryview,
     (``reply`` holds the UNSUPPORTED_VERSION response, Kafka's fallback) and the connection stays.
     """
     api_key, api_version, correlation_id = read_fixed_header(frame)
-    if api_key == ApiKey.PRODUCE and api_version in supported.get(ApiKey.PRODUCE, ()):
-        # the request producers send most, read without kio when it has the usual shape
-        # (fast.decode_produce; ``kio_body`` turns its body into kio's)
-        header = decode_header(frame, flexible=api_version >= fast.FIRST_FLEXIBLE)
-        read = fast.decode_produce(frame, api_version, header.size)
+    direct = _DIRECT.get(api_key)
+    if direct is not None and api_version in supported.get(ApiKey(api_key), ()):
+        # the requests producers and consumers send most, read without kio when they have the
+        # usual shape (fast.decode_produce, fast.decode_fetch; ``kio_body`` turns their bodies
+        # into kio's)
+        reader, first_flexible = direct
+        header = decode_header(frame, flexible=api_version >= first_flexible)
+        read = reader(frame, api_version, header.size)
         if read is not None:
             return Request(header, cast(RequestPayload, read[0]), read[1])
     served = supported.get(ApiKey(api_key)) if api_key in _KEYS else None
@@ -154,8 +157,10 @@ def _read_body(schema: Any, frame: bytes | bytearray | memoryview, pos: int) -> 
 
 def kio_body(header: RequestHeader, body: Any) -> RequestPayload:
     """``body`` as kio's entity: a Produce body read by ``fast.decode_produce`` becomes kio's
-    ProduceRequest of the header's version (same fields; the timeout a timedelta), anything else
-    is kio's already."""
+    ProduceRequest of the header's version (same fields; the timeout a timedelta), a Fetch body
+    read by ``fast.decode_fetch`` kio's FetchRequest; anything else is kio's already."""
+    if isinstance(body, fast.FetchRequest):
+        return _kio_fetch(header.api_version, body)
     if not isinstance(body, fast.ProduceRequest):
         return cast(RequestPayload, body)
     schema: Any = request_schema(ApiKey.PRODUCE, header.api_version)
@@ -166,6 +171,42 @@ def kio_body(header: RequestHeader, body: Any) -> RequestPayload:
     timeout = datetime.timedelta(milliseconds=body.timeout_ms)
     return cast(RequestPayload, schema(transactional_id=body.transactional_id, acks=body.acks,
                                        timeout=timeout, topic_data=topics))
+
+
+def _kio_fetch(version: int, body: fast.FetchRequest) -> RequestPayload:
+    schema: Any = request_schema(ApiKey.FETCH, version)
+    module = sys.modules[schema.__module__]
+
+    def partition(p: fast.FetchPartition) -> Any:
+        kw = {"partition": p.partition, "fetch_offset": p.fetch_offset,
+              "partition_max_bytes": p.partition_max_bytes}
+        if version >= 5:
+            kw["log_start_offset"] = p.log_start_offset
+        if version >= 9:
+            kw["current_leader_epoch"] = p.current_leader_epoch
+        if version >= 12:
+            kw["last_fetched_epoch"] = p.last_fetched_epoch
+        return module.FetchPartition(**kw)
+
+    fields: dict[str, Any] = {
+        "replica_id": body.replica_id, "max_wait": body.max_wait, "min_bytes": body.min_bytes,
+        "max_bytes": body.max_bytes, "isolation_level": body.isolation_level,
+        "topics": tuple(module.FetchTopic(topic=t.topic, partitions=tuple(map(partition, t.partitions)))
+                        for t in body.topics)}
+    if version >= 7:
+        forgotten = tuple(module.ForgottenTopic(topic=f.topic, partitions=f.partitions)
+                          for f in body.forgotten_topics_data)
+        fields.update(session_id=body.session_id, session_epoch=body.session_epoch,
+                      forgotten_topics_data=forgotten)
+    if version >= 11:
+        fields["rack_id"] = body.rack_id
+    return cast(RequestPayload, schema(**fields))
+
+
+_DIRECT: dict[int, tuple[Callable[[Any, int, int], Any], int]] = {
+    ApiKey.PRODUCE: (fast.decode_produce, fast.FIRST_FLEXIBLE),
+    ApiKey.FETCH: (fast.decode_fetch, fast.FETCH_FIRST_FLEXIBLE),
+}
 
 
 def encode_request(header: RequestHeader, body: RequestPayload) -> bytes:

@@ -26,10 +26,19 @@ bytes, tagged fields (v9+)], tagged fields (v9+)], tagged fields (v9+). kio's sc
 reader cost 4 us of a one-message Produce's 35; this costs 2. Anything unusual is left to kio.
 ``codec.decode_request`` calls it for every served Produce version; ``codec.kio_body`` turns
 its body into kio's (``encode_request`` does, to write a decoded request back).
+
+Fetch *requests* (v4-12) likewise (``decode_fetch``): replica_id i32, max_wait_ms i32, min_bytes
+i32, max_bytes i32, isolation_level i8, session_id i32 and session_epoch i32 (v7+), topics [topic,
+partitions [partition i32, current_leader_epoch i32 (v9+), fetch_offset i64, last_fetched_epoch
+i32 (v12+), log_start_offset i64 (v5+), partition_max_bytes i32]], forgotten_topics_data (v7+)
+[topic, partitions [i32]], rack_id (v11+); v12 is flexible. kio reads a one-partition Fetch in 6-7
+us here, this in 4-5 (the wait kept in milliseconds: kio's timedelta alone costs more than a
+field).
 """
 
 from __future__ import annotations
 
+import datetime
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -203,7 +212,7 @@ def encode_fetch_response(version: int, correlation_id: int, fields: dict[str, A
     return chunks
 
 
-__all__ = ["encode_fetch_response", "encode_produce_response"]
+__all__ = ["decode_fetch", "decode_produce", "encode_fetch_response", "encode_produce_response"]
 
 
 # -- Produce requests -----------------------------------------------------------------------------
@@ -341,3 +350,135 @@ def _no_tags(frame: Buffer, pos: int) -> int:
     if frame[pos] != 0:
         raise _Unusual
     return pos + 1
+
+
+# -- Fetch requests -------------------------------------------------------------------------------
+
+_FETCH_FIRST, _FETCH_LAST = 4, 12
+_FETCH_HEAD = struct.Struct(">iiiib")  # replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level
+_SESSION = struct.Struct(">ii")  # session_id, session_epoch (v7+)
+_I32_I64 = struct.Struct(">iq")  # partition, fetch_offset (v4-8)
+_I32_I32_I64 = struct.Struct(">iiq")  # partition, current_leader_epoch, fetch_offset (v9+)
+
+
+@dataclass(slots=True)
+class FetchPartition:
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+
+
+@dataclass(slots=True)
+class FetchTopic:
+    topic: str
+    partitions: tuple[FetchPartition, ...]
+
+
+@dataclass(slots=True)
+class ForgottenTopic:
+    topic: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class FetchRequest:
+    """A Fetch request body with the fields (and field names) of kio's FetchRequest, the wait in
+    milliseconds (``max_wait`` gives kio's timedelta). Not frozen, as ProduceRequest."""
+
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    topics: tuple[FetchTopic, ...]
+    forgotten_topics_data: tuple[ForgottenTopic, ...]
+    rack_id: str
+
+    @property
+    def max_wait(self) -> datetime.timedelta:
+        return datetime.timedelta(milliseconds=self.max_wait_ms)
+
+
+def _name(frame: Buffer, pos: int, flexible: bool) -> tuple[str, int]:
+    """A non-null string (a topic name, the rack id); null or past the end is unusual."""
+    n, pos = _length(frame, pos, flexible)
+    if n < 0 or pos + n > len(frame):
+        raise _Unusual
+    return str(frame[pos:pos + n], "utf-8"), pos + n
+
+
+def decode_fetch(frame: Buffer, version: int, pos: int) -> tuple[FetchRequest, int] | None:
+    """The Fetch body (v4-12) at ``pos`` and the bytes the frame holds after it, read directly,
+    as ``decode_produce`` reads Produce: the request every waiting consumer sends, for which kio's
+    schema walk and reader cost a fifth of a one-record fetch at the log end. Anything but the
+    usual shape (a null string or array, a tagged field such as v12's cluster id, a body cut
+    short, a name that is not UTF-8) answers None: the caller then reads it through kio
+    (tests/unit/protocols/test_kafka_fast.py compares the two)."""
+    if not _FETCH_FIRST <= version <= _FETCH_LAST:
+        return None
+    flexible = version >= FETCH_FIRST_FLEXIBLE
+    end = len(frame)
+    try:
+        replica_id, max_wait_ms, min_bytes, max_bytes, isolation = _FETCH_HEAD.unpack_from(frame, pos)
+        pos += _FETCH_HEAD.size
+        session_id, session_epoch = 0, -1
+        if version >= 7:
+            session_id, session_epoch = _SESSION.unpack_from(frame, pos)
+            pos += 8
+        count, pos = _array_count(frame, pos, flexible)
+        topics = []
+        for _ in range(count):
+            name, pos = _name(frame, pos, flexible)
+            n, pos = _array_count(frame, pos, flexible)
+            parts = []
+            for _ in range(n):
+                leader_epoch, last_epoch, log_start = -1, -1, -1
+                if version >= 9:
+                    partition, leader_epoch, offset = _I32_I32_I64.unpack_from(frame, pos)
+                    pos += 16
+                else:
+                    partition, offset = _I32_I64.unpack_from(frame, pos)
+                    pos += 12
+                if version >= 12:
+                    (last_epoch,) = _I32.unpack_from(frame, pos)
+                    pos += 4
+                if version >= 5:
+                    (log_start,) = _I64.unpack_from(frame, pos)
+                    pos += 8
+                (part_max,) = _I32.unpack_from(frame, pos)
+                pos += 4
+                if flexible:
+                    pos = _no_tags(frame, pos)
+                parts.append(FetchPartition(partition, leader_epoch, offset, last_epoch, log_start, part_max))
+            if flexible:
+                pos = _no_tags(frame, pos)
+            topics.append(FetchTopic(name, tuple(parts)))
+        forgotten = []
+        if version >= 7:
+            count, pos = _array_count(frame, pos, flexible)
+            for _ in range(count):
+                name, pos = _name(frame, pos, flexible)
+                n, pos = _array_count(frame, pos, flexible)
+                if pos + 4 * n > end:
+                    return None
+                ids = struct.unpack_from(f">{n}i", frame, pos)
+                pos += 4 * n
+                if flexible:
+                    pos = _no_tags(frame, pos)
+                forgotten.append(ForgottenTopic(name, ids))
+        rack = ""
+        if version >= 11:
+            rack, pos = _name(frame, pos, flexible)
+        if flexible:
+            pos = _no_tags(frame, pos)
+    except (_Unusual, struct.error, IndexError, UnicodeDecodeError):
+        return None
+    if pos > end:
+        return None
+    return (FetchRequest(replica_id, max_wait_ms, min_bytes, max_bytes, isolation, session_id,
+                         session_epoch, tuple(topics), tuple(forgotten), rack), end - pos)
