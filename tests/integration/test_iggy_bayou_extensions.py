@@ -21,11 +21,13 @@ from typing import Any
 import pytest
 
 from bayou.broker import Broker, BrokerConfig
+from bayou.client.wire import batches_to_arrow, partition_replies
 from bayou.protocols.cursus.batch import decode_head, decode_messages
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy import stored as iggy_stored
 from bayou.protocols.iggy.codes import Command, Status
 from bayou.server.app import BayouServer, IggyOptions, ServerConfig
+from bayou.server.iggy import fetch as iggy_fetch
 from bayou.server.iggy import produce as iggy_produce
 from bayou.server.iggy.catalog import DEFAULT_STREAM_ID, DEFAULT_STREAM_NAME
 from support.brokers import LineConn
@@ -524,4 +526,109 @@ async def test_small_legacy_sends_skip_the_column_wise_path(env: Env,
     back = await polled(conn, DEFAULT, "small")
     expected = [(o, i, b"v-%d" % n) for o, (n, i) in enumerate(sent)]
     assert [(x.offset, x.id, x.payload) for x in back] == expected
+    await conn.close()
+
+
+# -- POLL_PARTITIONS (10102): several partitions in one request ------------------------------------
+
+
+def poll_partitions(topic: str, wants: Sequence[tuple[int, int, int]], wait_ms: int = 0) -> m.PollPartitions:
+    return m.PollPartitions(wait_ms, (m.PollTopic(DEFAULT, ident(topic), tuple(wants)),))
+
+
+async def test_poll_partitions_answers_each_partition_as_poll_batches_does(env: Env) -> None:
+    conn = await env.legacy()
+    await conn.call(m.CreateTopic(DEFAULT, "pp", 3))
+    await conn.call(send(DEFAULT_STREAM_NAME, "pp", 0, [b"a" * 40] * 30))
+    await conn.call(send(DEFAULT_STREAM_NAME, "pp", 1, [m.Message(b"b%d" % i, 0, (key_header(b"k%d" % i),))
+                                                        for i in range(5)]))
+    wants = [(0, 10, 7), (2, 0, 100), (1, 0, 100), (0, 28, 100), (1, 5, 10)]  # p2 empty, p1 at its end
+    reply = await conn.ask(poll_partitions("pp", wants))
+    assert reply.status == 0
+    parts = partition_replies(reply.payload)
+    assert len(parts) == len(wants)
+    for (p, offset, count), part in zip(wants, parts, strict=True):
+        one = await conn.ask(batches_of(poll(DEFAULT_STREAM_NAME, "pp", p, value=offset, count=count)))
+        assert one.status == 0 and bytes(part) == one.payload, (p, offset, count)
+    rows = [batches_to_arrow(part, "pp", w[0])[0].num_rows for w, part in zip(wants, parts, strict=True)]
+    assert rows == [7, 0, 5, 2, 0]
+    await conn.close()
+
+
+async def test_poll_partitions_waits_for_a_record_in_any_partition(env: Env) -> None:
+    conn = await env.legacy()
+    await conn.call(m.CreateTopic(DEFAULT, "pw", 3))
+    sender = await env.legacy()
+
+    async def send_later() -> None:
+        await asyncio.sleep(0.3)
+        await sender.call(send(DEFAULT_STREAM_NAME, "pw", 2, [b"late"]))
+
+    late = asyncio.create_task(send_later())
+    started = asyncio.get_running_loop().time()
+    reply = await conn.ask(poll_partitions("pw", [(0, 0, 10), (1, 0, 10), (2, 0, 10)], wait_ms=20_000))
+    took = asyncio.get_running_loop().time() - started
+    await late
+    assert reply.status == 0 and 0.25 < took < 10
+    rows = [batches_to_arrow(part, "pw", p)[0].column("value").to_pylist()
+            for p, part in enumerate(partition_replies(reply.payload))]
+    assert rows == [[], [], [b"late"]]
+    # nothing past the offsets: answered empty once the wait passes
+    started = asyncio.get_running_loop().time()
+    reply = await conn.ask(poll_partitions("pw", [(0, 0, 10), (2, 1, 10)], wait_ms=300))
+    took = asyncio.get_running_loop().time() - started
+    assert reply.status == 0 and 0.25 < took < 5
+    assert [batches_to_arrow(part, "pw", 0)[0].num_rows
+            for part in partition_replies(reply.payload)] == [0, 0]
+    await conn.close()
+    await sender.close()
+
+
+async def test_poll_partitions_bad_input_gets_iggys_errors_and_the_connection_stays(env: Env) -> None:
+    conn = await env.legacy()
+    await conn.call(m.CreateTopic(DEFAULT, "pb2", 2))
+    for wait_ms in (0, 200):
+        assert (await conn.ask(poll_partitions("pb2", [(0, 0, 1), (7, 0, 1)], wait_ms))).status \
+            == Status.PARTITION_NOT_FOUND
+    missing = m.PollPartitions(0, (m.PollTopic(DEFAULT, ident("pb2"), ((0, 0, 1),)),
+                                   m.PollTopic(DEFAULT, ident("nowhere"), ((0, 0, 1),))))
+    assert (await conn.ask(missing)).status == Status.TOPIC_NAME_NOT_FOUND
+    payload = conn.frame(poll_partitions("pb2", [(0, 0, 1)]))[8:]
+    assert (await conn.ask_code(int(Command.POLL_PARTITIONS), payload[:-1])).status == Status.INVALID_COMMAND
+    trailing = await conn.ask_code(int(Command.POLL_PARTITIONS), payload + b"\0")
+    assert trailing.status == Status.INVALID_COMMAND
+    assert (await conn.ask(poll_partitions("pb2", [(0, 0, 1)] * 10_001))).status == Status.INVALID_COMMAND
+    await conn.call(m.Ping())  # the connection stays
+    assert (await conn.ask(poll_partitions("pb2", [(0, 0, 1), (1, 0, 1)]))).status == 0
+    anonymous = await LegacyConn.open(env.port("iggy"))
+    assert (await anonymous.ask(poll_partitions("pb2", [(0, 0, 1)]))).status == Status.UNAUTHENTICATED
+    await anonymous.close()
+    v = await env.vsr()  # VSR framing: not a command a 0.9 client has
+    assert (await v.status(poll_partitions("pb2", [(0, 0, 1)]))) == Status.INVALID_COMMAND
+    await v.close()
+    await conn.close()
+
+
+async def test_a_poll_of_several_partitions_answers_at_most_the_poll_bound(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One answer over all its partitions holds at most POLL_MAX_BYTES (a batch at least): the
+    partitions past it are answered empty, and polled on from the same offsets."""
+    conn = await env.legacy()
+    await conn.call(m.CreateTopic(DEFAULT, "pbig", 3))
+    for p in range(3):
+        for _ in range(10):
+            await conn.call(send(DEFAULT_STREAM_NAME, "pbig", p, [b"%d" % p * 200] * 5))
+    monkeypatch.setattr(iggy_fetch, "POLL_MAX_BYTES", 4096)
+    offsets, got = [0, 0, 0], [0, 0, 0]
+    for _ in range(100):
+        reply = await conn.ask(poll_partitions("pbig", [(p, offsets[p], 1_000_000) for p in range(3)]))
+        assert reply.status == 0 and len(reply.payload) <= 4096 + 2 * 1400  # a batch begun under it
+        for p, part in enumerate(partition_replies(reply.payload)):
+            rows = batches_to_arrow(part, "pbig", p)[0]
+            assert rows.column("offset").to_pylist() == list(range(offsets[p], offsets[p] + rows.num_rows))
+            offsets[p] += rows.num_rows
+            got[p] += rows.num_rows
+        if offsets == [50, 50, 50]:
+            break
+    assert got == [50, 50, 50]
     await conn.close()

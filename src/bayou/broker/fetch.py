@@ -14,6 +14,12 @@ from bayou.errors import NotLeader, OffsetOutOfRange, WouldBlock
 from bayou.storage import FileSpan
 
 YIELD_AFTER_BYTES = 64 * 1024  # a read on the event loop this large yields to the loop after it
+# The most one fetch answer holds (one batch larger than this still goes, so a consumer always
+# makes progress), whatever a client asks: a read is held in memory until it is sent, so a request
+# asking for gigabytes would otherwise make the broker read them. Kafka bounds the same with
+# fetch.max.bytes (55 MB by default); each front end bounds the answers it puts together from
+# several reads (a Kafka fetch of many partitions, an Iggy poll of many batches) by it too.
+FETCH_MAX_BYTES = 64 * 1024 * 1024
 
 
 class FetchPath:
@@ -37,6 +43,7 @@ class FetchPath:
         never answered as an empty read.
         """
         self.ctx.authorize("poll", topic)
+        max_bytes = min(max_bytes, FETCH_MAX_BYTES)
         if upto_log_end:  # records not yet committed: a replica's read (V1 BROKER_FETCH), not a consumer's
             self.ctx.authorizer.check("manage_servers")
         part = self.ctx.settled_partition(topic, partition)

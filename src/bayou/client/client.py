@@ -118,10 +118,10 @@ class Client:
     def fetch_arrow_many(self, wants: Sequence[tuple[str, int, int, int]], *, include_headers: bool = True,
                          max_wait_ms: int = 0) -> list[pa.RecordBatch]:
         """``fetch_arrow`` of several partitions, each (topic, partition, offset, max records), in
-        one round trip (the polls are pipelined); the batches in the order asked. ``max_wait_ms``:
-        when none of them has a record yet, the broker answers once one has (bayou's
-        WAIT_FOR_MESSAGES, sent first in the same round trip), or when the time passes (cut to
-        half the connection's ``timeout``)."""
+        one request (bayou's POLL_PARTITIONS; to an older bayou, the polls pipelined in one round
+        trip); the batches in the order asked. ``max_wait_ms``: when none of them has a record
+        yet, the broker answers once one has, or when the time passes (cut to half the
+        connection's ``timeout``)."""
         max_wait_ms = min(max_wait_ms, int(self.conn.timeout * 500))
         result: list[pa.RecordBatch] = self.run(ops.fetch_arrow_many(self.resolver, wants, include_headers,
                                                                      max_wait_ms))

@@ -304,10 +304,10 @@ class Consumer:
                     waited = wait_ms > 0 and resolver.poll_batches and resolver.poll_waits
                     taken += self._take(tp, batch, want, want, limit, out)
             if fetch:
-                # several partitions: polled in one round trip, each asked for all the poll still
-                # takes (rows past it are kept for the next polls, not fetched again); with nothing
-                # fetched ahead either, a wait at the broker goes first in the same round trip (the
-                # polls are served once a record is in any of them)
+                # several partitions: polled in one request (POLL_PARTITIONS; to an older bayou, in
+                # one round trip), each asked for all the poll still takes (rows past it are kept
+                # for the next polls, not fetched again); with nothing fetched ahead either, the
+                # request waits at the broker until a record is in any of them
                 want = limit - taken or limit
                 wait_ms = 0 if out else self._wait_ms(deadline)
                 batches = self.client.fetch_arrow_many([(tp.topic, tp.partition, self.position(tp), want)
@@ -315,7 +315,8 @@ class Consumer:
                 resolver = self.client.resolver
                 if not resolver.waits:
                     self._server_wait = False
-                waited = wait_ms > 0 and resolver.waits and resolver.poll_batches
+                waited = wait_ms > 0 and (resolver.poll_partitions
+                                          or (resolver.waits and resolver.poll_batches))
                 for tp, batch in zip(fetch, batches, strict=True):
                     taken += self._take(tp, batch, want, limit - taken, limit, out)
             self._rr = (self._rr + 1) % max(n, 1)

@@ -20,7 +20,14 @@ import pyarrow as pa
 
 from bayou.client.connection import encode
 from bayou.client.errors import BayouClientError, UnknownPartitionError, UnknownTopicError, error_for
-from bayou.client.wire import HeaderList, UniformSend, batches_to_arrow, polled_to_arrow, prepare_send
+from bayou.client.wire import (
+    HeaderList,
+    UniformSend,
+    batches_to_arrow,
+    partition_replies,
+    polled_to_arrow,
+    prepare_send,
+)
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codes import Status
 from bayou.protocols.iggy.wire import U32
@@ -112,6 +119,7 @@ class Resolver:
         self.poll_batches = True  # until the broker answers POLL_BATCHES as unknown
         self.poll_waits = True  # until it answers a POLL_BATCHES with a wait as unknown
         self.waits = True  # until it answers WAIT_FOR_MESSAGES as unknown
+        self.poll_partitions = True  # until it answers POLL_PARTITIONS as unknown
 
     def forget(self, topic: str) -> None:
         self.cache.pop(topic, None)
@@ -224,18 +232,25 @@ def offset_for_time(r: Resolver, topic: str, partition: int, timestamp_ms: int) 
 def fetch_arrow_many(r: Resolver, wants: Sequence[tuple[str, int, int, int]], include_headers: bool = True,
                      max_wait_ms: int = 0) -> Op[list[pa.RecordBatch]]:
     """``fetch_arrow`` of several partitions (topic, partition, offset, max records) in one round
-    trip: their POLL_BATCHES sent together and answered in order. With ``max_wait_ms``, a
-    WAIT_FOR_MESSAGES for all of them goes first: the broker serves a connection's polls in order,
-    so they are answered once a record is there in any of them (or the wait ends), still in one
-    round trip (a broker without the wait answers it INVALID_COMMAND and ``r.waits`` goes False).
-    Batches in the order asked; the first refusal raises its error (every reply is read first, so
-    the connection stays in step). A broker without POLL_BATCHES is asked a partition at a time
-    with POLL_MESSAGES."""
+    trip: one POLL_PARTITIONS (bayou's extension), which with ``max_wait_ms`` waits until a record
+    is there in any of them (or the time passes). Batches in the order asked; a refusal of any
+    partition raises its error. A broker without POLL_PARTITIONS (bayou before stop 40) answers it
+    INVALID_COMMAND (``r.poll_partitions`` goes False): their POLL_BATCHES are then sent together
+    and answered in order, with a WAIT_FOR_MESSAGES for all of them first when the poll may wait
+    (the broker serves a connection's polls in order, so they are answered once the wait ends,
+    still in one round trip; a broker without the wait answers it INVALID_COMMAND and ``r.waits``
+    goes False); the first refusal raises its error, every reply read first so the connection
+    stays in step. A broker without POLL_BATCHES is asked a partition at a time with
+    POLL_MESSAGES."""
     if not wants:
         return []
     addrs = []
     for topic, _partition, _offset, _count in wants:
         addrs.append((yield from r.address(topic)))
+    if r.poll_partitions and (len(wants) > 1 or max_wait_ms > 0):
+        polled = yield from _poll_partitions(r, wants, addrs, include_headers, max_wait_ms)
+        if polled is not None:
+            return polled
     out: list[pa.RecordBatch] = []
     if r.poll_batches and (len(wants) > 1 or max_wait_ms > 0):
         frames = [encode(m.PollBatches(SDK_CONSUMER, *addr, partition,
@@ -269,6 +284,32 @@ def fetch_arrow_many(r: Resolver, wants: Sequence[tuple[str, int, int, int]], in
         out.append((yield from fetch_arrow(r, topic, partition, offset, count,
                                            include_headers=include_headers)))
     return out
+
+
+def _poll_partitions(r: Resolver, wants: Sequence[tuple[str, int, int, int]], addrs: list[Address],
+                     include_headers: bool, max_wait_ms: int) -> Op[list[pa.RecordBatch] | None]:
+    """``fetch_arrow_many`` with POLL_PARTITIONS; None when the broker lacks it."""
+    groups: dict[Address, list[int]] = {}  # the request lists partitions topic by topic
+    for i, addr in enumerate(addrs):
+        groups.setdefault(addr, []).append(i)
+    req = m.PollPartitions(max_wait_ms, tuple(
+        m.PollTopic(*addr, tuple((wants[i][1], wants[i][2], wants[i][3]) for i in listed))
+        for addr, listed in groups.items()))
+    try:
+        payload = yield Raw(encode(req), "poll " + ", ".join(f"{t}/{p}" for t, p, _o, _n in wants))
+    except BayouClientError as exc:
+        if exc.status != Status.INVALID_COMMAND:
+            raise
+        r.poll_partitions = False
+        return None
+    order = [i for listed in groups.values() for i in listed]
+    replies = partition_replies(payload)
+    if len(replies) != len(order):
+        raise ValueError(f"POLL_PARTITIONS reply: {len(replies)} partitions, {len(order)} asked")
+    out: list[pa.RecordBatch | None] = [None] * len(wants)
+    for i, reply in zip(order, replies, strict=True):
+        out[i] = batches_to_arrow(reply, wants[i][0], wants[i][1], include_headers=include_headers)[0]
+    return [batch for batch in out if batch is not None]
 
 
 def fetch_arrow(r: Resolver, topic: str, partition: int, offset: int, max_records: int,

@@ -461,8 +461,29 @@ class _Run:
         self.headers = headers  # None: no message has headers
 
 
-def batches_to_arrow(payload: bytes, topic: str, partition: int, *, end_offset: int | None = None,
-                     include_headers: bool = True) -> tuple[pa.RecordBatch, int]:
+def partition_replies(payload: bytes) -> list[memoryview]:
+    """A POLL_PARTITIONS reply (bayou's extension): a u32 count, then for each partition a u32
+    length and POLL_BATCHES' reply for it, as views of ``payload`` (no copy)."""
+    view = memoryview(payload)
+    (count,) = U32.unpack_from(payload, 0)
+    pos, out = 4, list[memoryview]()
+    for _ in range(count):
+        if len(payload) - pos < 4:
+            raise ValueError(f"POLL_PARTITIONS reply: cut short after {len(out)} of {count} partitions")
+        (n,) = U32.unpack_from(payload, pos)
+        pos += 4
+        if n < POLL_PREFIX.size or n > len(payload) - pos:
+            raise ValueError(f"POLL_PARTITIONS reply: a partition's reply of {n} bytes")
+        out.append(view[pos:pos + n])
+        pos += n
+    if pos != len(payload):
+        raise ValueError(f"POLL_PARTITIONS reply: {len(payload) - pos} bytes after its last partition")
+    return out
+
+
+def batches_to_arrow(payload: bytes | memoryview, topic: str, partition: int, *,
+                     end_offset: int | None = None, include_headers: bool = True
+                     ) -> tuple[pa.RecordBatch, int]:
     """A POLL_BATCHES reply (bayou's extension: the 16-byte prefix, then V batch records of
     256-byte headers and 48-byte frames) as a record batch in ``KAFKA_SCHEMA`` (rows at or past
     ``end_offset`` left out), and the broker's current offset. A record whose frames all have one
@@ -471,6 +492,7 @@ def batches_to_arrow(payload: bytes, topic: str, partition: int, *, end_offset: 
     pos, end = POLL_PREFIX.size, len(payload)
     runs: list[_Run] = []
     total = 0
+    walked = payload if isinstance(payload, bytes) else None
     while pos < end:
         if end - pos < V_BATCH_SIZE:
             raise ValueError(f"POLL_BATCHES reply: {end - pos} bytes where a batch header should be")
@@ -479,7 +501,11 @@ def batches_to_arrow(payload: bytes, topic: str, partition: int, *, end_offset: 
             raise ValueError(f"POLL_BATCHES reply: a batch of {n} frames is {length} bytes")
         if n:
             run = _uniform_run(payload, pos + V_BATCH_SIZE, pos + length, n, base, ts)
-            runs.append(run or _walk_run(payload, pos + V_BATCH_SIZE, pos + length, n, base, ts))
+            if run is None:  # walked message by message, from bytes (a view is copied once)
+                if walked is None:
+                    walked = bytes(payload)
+                run = _walk_run(walked, pos + V_BATCH_SIZE, pos + length, n, base, ts)
+            runs.append(run)
         total += n
         pos += length
     if total != count:
@@ -502,7 +528,8 @@ def _run_dtype(pl: int, hl: int) -> np.dtype[Any]:
                      "itemsize": V_FRAME_SIZE + pl + hl})
 
 
-def _uniform_run(payload: bytes, body: int, end: int, n: int, base: int, ts: int) -> _Run | None:
+def _uniform_run(payload: bytes | memoryview, body: int, end: int, n: int, base: int, ts: int
+                 ) -> _Run | None:
     _od, _td, hl, pl = _V_FRAME_HEAD.unpack_from(payload, body + 24)  # the first frame's sizes
     stride = V_FRAME_SIZE + pl + hl
     if stride * n != end - body:

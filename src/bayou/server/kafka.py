@@ -29,7 +29,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from bayou.broker import Broker, ordering
+from bayou.broker import FETCH_MAX_BYTES, Broker, ordering
 from bayou.broker.authz import Principal, current_caller, current_principal
 from bayou.broker.broker import Acks
 from bayou.broker.views import THIS_BROKER, Endpoint
@@ -412,7 +412,8 @@ async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
         current_principal(), req.version, getattr(body, "session_id", 0), getattr(body, "session_epoch", -1),
         wants, ((f.topic, i) for f in getattr(body, "forgotten_topics_data", ()) for i in f.partitions))
     parts = [_Part(w.topic, w.partition, w.offset, w.max_bytes, committed) for w in ctx.wants]
-    max_bytes = body.max_bytes if body.max_bytes > 0 else MAX_REQUEST_SIZE
+    # the client's bound, within the broker's (it is the answer's size held in memory)
+    max_bytes = min(body.max_bytes, FETCH_MAX_BYTES) if body.max_bytes > 0 else FETCH_MAX_BYTES
     # the direct reader's body gives the wait in ms (kio's a timedelta, which costs more to build)
     wait_ms = body.max_wait_ms if isinstance(body, FetchRequest) else body.max_wait.total_seconds() * 1000
     deadline = time.monotonic() + min(max(0, wait_ms), MAX_WAIT_MS) / 1000

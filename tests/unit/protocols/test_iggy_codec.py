@@ -62,6 +62,7 @@ LEGACY_AND_VSR: list[m.Request] = [
 LEGACY_ONLY: list[m.Request] = [
     m.WaitForMessages(500, (m.WaitTopic(S, T, ((0, 3), (1, 0))),)),  # bayou's extension
     m.PollBatches(CONSUMER, S, T, 2, m.PollingStrategy(m.PollingKind.OFFSET, 7), 500, False),  # bayou's too
+    m.PollPartitions(250, (m.PollTopic(S, T, ((0, 3, 100), (1, 0, 5))),)),  # and this
     m.LoginUser("iggy", "iggy", "0.10.0", None), m.LoginUser("admin", "secret", None, "ctx"),
     m.LoginWithToken("token-value"),
     m.StoreConsumerOffset(CONSUMER, S, T, 1, 42), m.DeleteConsumerOffset(GROUP, S, T, None),
@@ -445,6 +446,44 @@ def test_wait_for_messages_is_refused_where_iggy_has_no_such_command() -> None:
         codec.decode_request(Dialect.SEED, Command.WAIT_FOR_MESSAGES, payload)
     assert seed.value.status == Status.INVALID_COMMAND
     assert Command.WAIT_FOR_MESSAGES not in NON_REPLICATED_COMMANDS  # nor in VSR framing
+
+
+# -- bayou's POLL_PARTITIONS (10102) -------------------------------------------------------------
+
+
+def test_poll_partitions_round_trips_on_the_legacy_transport_only() -> None:
+    req = m.PollPartitions(1_500, (
+        m.PollTopic(m.Identifier("s"), m.Identifier(7), ((0, 5, 500), (3, 2**63, 2**32 - 1))),
+        m.PollTopic(m.Identifier(1), m.Identifier("t"), ()),
+    ))
+    frame = codec.encode_request_frame(req, Dialect.LEGACY)
+    size, code = struct.unpack_from("<II", frame)
+    assert code == 10_102 and size == len(frame) - 4
+    assert codec.decode_request(Dialect.LEGACY, code, frame[8:]) == req
+    # WAIT_FOR_MESSAGES' layout with a u32 count after each (u32 partition, u64 offset)
+    assert frame[8:16] == struct.pack("<II", 1_500, 2)
+    assert frame[8 + 8 + 3 + 6:][:4 + 16] == struct.pack("<IIQI", 2, 0, 5, 500)  # after "s" and 7
+    with pytest.raises(IggyError) as trailing:
+        codec.decode_request(Dialect.LEGACY, code, frame[8:] + b"\0")
+    assert trailing.value.status == Status.INVALID_COMMAND
+    with pytest.raises(IggyError) as cut:
+        codec.decode_request(Dialect.LEGACY, code, frame[8:-1])
+    assert cut.value.status == Status.INVALID_COMMAND
+    with pytest.raises(IggyError) as seed:
+        codec.decode_request(Dialect.SEED, Command.POLL_PARTITIONS, frame[8:])
+    assert seed.value.status == Status.INVALID_COMMAND
+    assert Command.POLL_PARTITIONS not in NON_REPLICATED_COMMANDS
+
+
+def test_poll_partitions_lists_at_most_ten_thousand_partitions() -> None:
+    def payload(n: int) -> bytes:
+        req = m.PollPartitions(0, (m.PollTopic(S, T, tuple((p, 0, 1) for p in range(n))),))
+        return codec.encode_request_frame(req, Dialect.LEGACY)[8:]
+    assert len(codec.decode_request(Dialect.LEGACY, Command.POLL_PARTITIONS, payload(10_000))
+               .topics[0].partitions) == 10_000  # type: ignore[attr-defined]
+    with pytest.raises(IggyError) as many:
+        codec.decode_request(Dialect.LEGACY, Command.POLL_PARTITIONS, payload(10_001))
+    assert many.value.status == Status.INVALID_COMMAND
 
 
 # -- bayou's POLL_BATCHES (10101) ----------------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from bayou.protocols.iggy import batches
 from bayou.protocols.iggy import messages as m
@@ -388,14 +388,15 @@ def _consumer_prefix(r: Reader, dialect: Dialect
     return consumer, stream, topic, r.optional_partition()
 
 
-WAIT_MAX_PARTITIONS = 10_000  # partitions one WaitForMessages may list
+WAIT_MAX_PARTITIONS = 10_000  # partitions one WaitForMessages (or PollPartitions) may list
+_T = TypeVar("_T")
 
 
-def _wait(payload: bytes, dialect: Dialect) -> m.Request:
-    """u32 max wait (ms), u32 topic count, then per topic: stream and topic Identifiers, u32
-    partition count, and (u32 partition, u64 offset) each."""
-    r = Reader(payload)
-    max_wait = r.u32()
+def _listed(r: Reader, what: str, entry: Callable[[Reader], _T]
+            ) -> list[tuple[m.Identifier, m.Identifier, tuple[_T, ...]]]:
+    """The topics of a wait or a poll of several partitions (after its u32 max wait): u32 topic
+    count, then per topic stream and topic Identifiers, u32 partition count and that many
+    ``entry``s; at most WAIT_MAX_PARTITIONS in all, and nothing after them."""
     topics = []
     listed = 0
     for _ in range(r.u32()):
@@ -404,10 +405,27 @@ def _wait(payload: bytes, dialect: Dialect) -> m.Request:
         listed += n
         if listed > WAIT_MAX_PARTITIONS:
             raise IggyError(Status.INVALID_COMMAND,
-                            f"a wait lists more than {WAIT_MAX_PARTITIONS} partitions")
-        topics.append(m.WaitTopic(stream, topic, tuple((r.u32(), r.u64()) for _ in range(n))))
+                            f"a {what} lists more than {WAIT_MAX_PARTITIONS} partitions")
+        topics.append((stream, topic, tuple(entry(r) for _ in range(n))))
     r.done()
-    return m.WaitForMessages(max_wait, tuple(topics))
+    return topics
+
+
+def _wait(payload: bytes, dialect: Dialect) -> m.Request:
+    """u32 max wait (ms), then the listed topics with (u32 partition, u64 offset) each."""
+    r = Reader(payload)
+    max_wait = r.u32()
+    topics = _listed(r, "wait", lambda r: (r.u32(), r.u64()))
+    return m.WaitForMessages(max_wait, tuple(m.WaitTopic(*t) for t in topics))
+
+
+def _poll_partitions(payload: bytes, dialect: Dialect) -> m.Request:
+    """WAIT_FOR_MESSAGES' layout with a u32 count after each offset: (u32 partition, u64 offset,
+    u32 count) each."""
+    r = Reader(payload)
+    max_wait = r.u32()
+    topics = _listed(r, "poll", lambda r: (r.u32(), r.u64(), r.u32()))
+    return m.PollPartitions(max_wait, tuple(m.PollTopic(*t) for t in topics))
 
 
 def _poll(payload: bytes, dialect: Dialect) -> m.Request:
@@ -620,6 +638,7 @@ DECODERS: Mapping[Command, Decoder] = MappingProxyType({
     Command.POLL_MESSAGES: _poll,
     Command.WAIT_FOR_MESSAGES: _wait,
     Command.POLL_BATCHES: _poll_batches,
+    Command.POLL_PARTITIONS: _poll_partitions,
     Command.SEND_MESSAGES: _send,
     Command.FLUSH_UNSAVED_BUFFER: _flush,
     Command.GET_CONSUMER_OFFSET: _get_offset,
@@ -846,6 +865,9 @@ ENCODERS: Mapping[type, Encoder] = MappingProxyType({
     m.WaitForMessages: lambda q, d: U32.pack(q.max_wait_ms) + U32.pack(len(q.topics)) + b"".join(
         enc_identifier(t.stream) + enc_identifier(t.topic) + U32.pack(len(t.partitions))
         + b"".join(U32.pack(p) + U64.pack(o) for p, o in t.partitions) for t in q.topics),
+    m.PollPartitions: lambda q, d: U32.pack(q.max_wait_ms) + U32.pack(len(q.topics)) + b"".join(
+        enc_identifier(t.stream) + enc_identifier(t.topic) + U32.pack(len(t.partitions))
+        + b"".join(U32.pack(p) + U64.pack(o) + U32.pack(n) for p, o, n in t.partitions) for t in q.topics),
     m.FlushUnsavedBuffer: lambda q, d: (enc_identifier(q.stream) + enc_identifier(q.topic)
                                         + U32.pack(q.partition_id) + U8.pack(q.fsync)),
     m.GetConsumerOffset: lambda q, d: _enc_consumer_prefix(q.consumer, q.stream, q.topic, q.partition_id, d),

@@ -57,6 +57,8 @@ class Command(enum.IntEnum):
     # bayou's extension: POLL_MESSAGES answered in the V layout (batch records of the stored
     # frames) on the legacy transport, so the SDK reads stored bytes with no 0.8 rewrite
     POLL_BATCHES = 10_101
+    # bayou's extension: POLL_BATCHES of several partitions in one request, with the wait
+    POLL_PARTITIONS = 10_102
     # consumer offsets
     GET_CONSUMER_OFFSET = 120
     STORE_CONSUMER_OFFSET = 121
@@ -185,7 +187,8 @@ def _invert(table: Mapping[Operation, Command]) -> dict[Command, Operation]:
 OPERATION_OF: Mapping[Command, Operation] = MappingProxyType(_invert(COMMAND_OF_OPERATION))
 """The operation a V client uses for a command; a command absent here travels as NON_REPLICATED."""
 
-BAYOU_EXTENSIONS: frozenset[Command] = frozenset({Command.WAIT_FOR_MESSAGES, Command.POLL_BATCHES})
+BAYOU_EXTENSIONS: frozenset[Command] = frozenset({Command.WAIT_FOR_MESSAGES, Command.POLL_BATCHES,
+                                                   Command.POLL_PARTITIONS})
 """bayou's own commands, on the legacy transport only: a real Iggy server answers them InvalidCommand."""
 
 NON_REPLICATED_COMMANDS: frozenset[Command] = frozenset(
@@ -193,7 +196,7 @@ NON_REPLICATED_COMMANDS: frozenset[Command] = frozenset(
     if c not in OPERATION_OF and c not in LOGIN_COMMANDS and c not in BAYOU_EXTENSIONS)
 """Codes that may ride operation 2 (iggy.md C.5). The legacy logins are not among them: VSR has no
 legacy login, a V client logs in with operation 1. Nor are bayou's extensions (WAIT_FOR_MESSAGES,
-POLL_BATCHES): they serve bayou's SDK, which speaks the legacy transport."""
+POLL_BATCHES, POLL_PARTITIONS): they serve bayou's SDK, which speaks the legacy transport."""
 
 RESULT_FRAMED: frozenset[Operation] = frozenset(
     {op for op in Operation if 128 <= op <= 149}

@@ -575,6 +575,32 @@ class WaitForMessages:
 
 
 @dataclass(frozen=True, slots=True)
+class PollTopic:
+    """One topic of a PollPartitions: (partition, offset, count) triples."""
+
+    stream: Identifier
+    topic: Identifier
+    partitions: tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PollPartitions:
+    """bayou's extension (command 10102, the legacy transport only): POLL_BATCHES of several
+    partitions in one request, as Kafka's Fetch names many. Each listed partition is polled from
+    its offset for up to its count (the Offset strategy, no auto-commit, as a plain consumer);
+    the reply is a u32 (how many partitions), then for each, in the order listed, a u32 length and
+    POLL_BATCHES' reply for it. With ``max_wait_ms`` above 0 the polls wait, as WAIT_FOR_MESSAGES
+    does, until one of the partitions holds a record at or past its offset or the time passes:
+    a long poll of many partitions in one round trip, where the wait and a poll each took one
+    request of the broker. One answer holds at most POLL_MAX_BYTES over all its partitions (those
+    past it are answered empty)."""
+
+    max_wait_ms: int
+    topics: tuple[PollTopic, ...]
+    command: ClassVar[Command] = Command.POLL_PARTITIONS
+
+
+@dataclass(frozen=True, slots=True)
 class SendMessages:
     stream: Identifier
     topic: Identifier
@@ -828,7 +854,8 @@ Request = (
     | WaitForMessages | DeleteUser | CreateUser | UpdateUser | UpdatePermissions | ChangePassword | LoginUser
     | LoginWithToken | LoginRegister | LoginRegisterWithToken | LogoutUser
     | GetPersonalAccessTokens | CreatePersonalAccessToken | DeletePersonalAccessToken | PollMessages
-    | PollBatches | SendMessages | FlushUnsavedBuffer | GetConsumerOffset | StoreConsumerOffset
+    | PollBatches | PollPartitions | SendMessages | FlushUnsavedBuffer | GetConsumerOffset
+    | StoreConsumerOffset
     | DeleteConsumerOffset | GetStream | GetStreams | CreateStream | DeleteStream | UpdateStream
     | PurgeStream | GetTopic | GetTopics | CreateTopic | DeleteTopic | UpdateTopic | PurgeTopic
     | CreatePartitions | DeletePartitions | DeleteSegments | GetConsumerGroup | GetConsumerGroups

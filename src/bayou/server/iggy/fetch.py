@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from bayou.broker import FETCH_MAX_BYTES
 from bayou.broker.window import Stored, window
 from bayou.errors import NotLeader
 from bayou.protocols.iggy import messages as m
@@ -30,9 +31,11 @@ from bayou.server.iggy.context import Context, Session
 from bayou.server.iggy.groups import GroupHandlers
 from bayou.server.workers import decode_stored
 
-POLL_MAX_BYTES = 64 * 1024 * 1024
+POLL_MAX_BYTES = FETCH_MAX_BYTES  # the most one poll reads, over all its reads (at least a batch)
 WAIT_MAX_MS = 30_000  # the longest WAIT_FOR_MESSAGES holds a connection
 REMOTE_WAIT_MS = 100  # ... when a listed partition is read at another broker (cluster mode)
+# the consumer a POLL_PARTITIONS polls as: a plain one (its offsets are the client's own)
+_PLAIN_CONSUMER = m.Consumer(m.ConsumerKind.CONSUMER, m.Identifier(0))
 
 
 class FetchHandlers:
@@ -110,7 +113,7 @@ class FetchHandlers:
                 return reply
             topic, p, start = target
 
-    async def _poll(self, s: Session, req: m.PollMessages
+    async def _poll(self, s: Session, req: m.PollMessages, *, max_bytes: int | None = None
                     ) -> tuple[bytes | m.PolledMessages, bool, tuple[str, int, int] | None]:
         """The poll's reply; whether it holds no message; and when it does not because its start
         is at the log end, what a wait would watch (topic, partition, start; None: nothing)."""
@@ -160,7 +163,8 @@ class FetchHandlers:
         # bayou's POLL_BATCHES: the V layout on the legacy transport (the stored frames as they are)
         layout = Dialect.VSR if isinstance(req, m.PollBatches) else dialect
         parts, count, last = await self._read(topic.topic, p, out_pid, start, req.count, hw, layout,
-                                              not_before_us, remote=remote, envelope=s.envelopes)
+                                              not_before_us, remote=remote, envelope=s.envelopes,
+                                              max_bytes=max_bytes)
         if req.auto_commit and count:
             await self.broker.commit_offset(key, topic.topic, p, last + 1)
         # nothing read past the start (transaction markers only): a wait goes on from there
@@ -169,6 +173,32 @@ class FetchHandlers:
             assert isinstance(parts, list)
             return m.PolledMessages(out_pid, current, tuple(parts)), not count, waits_on
         return b"".join([POLL_PREFIX.pack(out_pid, current, count), *parts]), not count, waits_on
+
+    async def poll_partitions(self, s: Session, req: m.PollPartitions) -> bytes:
+        """bayou's POLL_PARTITIONS (messages.PollPartitions): with ``max_wait_ms``, WAIT_FOR_MESSAGES'
+        wait on the listed partitions first (which checks each as a poll does), then each polled
+        from its offset, its reply as POLL_BATCHES'. The answer holds at most POLL_MAX_BYTES over
+        all of them (one partition's batches at least): those past it are answered empty, and the
+        client polls them on from the same offsets."""
+        if s.dialect is Dialect.SEED:  # the design document's layouts have no batch records
+            raise IggyError(Status.INVALID_COMMAND, "POLL_PARTITIONS is served to legacy-transport clients")
+        if req.max_wait_ms > 0:
+            await self.wait(s, m.WaitForMessages(req.max_wait_ms, tuple(
+                m.WaitTopic(t.stream, t.topic, tuple((p, offset) for p, offset, _n in t.partitions))
+                for t in req.topics)))
+        out = [U32.pack(sum(len(t.partitions) for t in req.topics))]
+        left = POLL_MAX_BYTES
+        for t in req.topics:
+            for p, offset, count in t.partitions:
+                strategy = m.PollingStrategy(m.PollingKind.OFFSET, offset)
+                poll = m.PollBatches(_PLAIN_CONSUMER, t.stream, t.topic, p, strategy,
+                                     count if left > 0 else 0, False)
+                reply, _empty, _target = await self._poll(s, poll, max_bytes=max(left, 1))
+                assert isinstance(reply, bytes)  # the V layout, never the seed's messages
+                left -= len(reply) - POLL_PREFIX.size
+                out.append(U32.pack(len(reply)))
+                out.append(reply)
+        return b"".join(out)
 
     async def wait(self, s: Session, req: m.WaitForMessages) -> bytes:
         """bayou's WAIT_FOR_MESSAGES (messages.WaitForMessages): a u32, how many of the listed
@@ -220,23 +250,29 @@ class FetchHandlers:
 
     async def _read(self, topic: str, p: int, out_pid: int, start: int, count: int, hw: int,
                     dialect: Dialect, not_before_us: int, *, remote: bool = False,
-                    envelope: bool = False) -> tuple[list[Any], int, int]:
+                    envelope: bool = False, max_bytes: int | None = None) -> tuple[list[Any], int, int]:
         """Up to ``count`` messages from ``start``: reply parts (bytes for L and V, PolledMessage
-        for D), how many, and the last offset. ``remote``: read at the partition's leader."""
+        for D), how many, and the last offset. ``remote``: read at the partition's leader.
+        ``max_bytes`` (at most POLL_MAX_BYTES, the default): the bytes read stop there (a batch
+        at least)."""
+        budget = POLL_MAX_BYTES if max_bytes is None else min(max_bytes, POLL_MAX_BYTES)
         parts: list[Any] = []
         taken = 0
         last = start - 1
         offset = start
-        while taken < count and offset < hw:
+        read = 0  # bytes read so far: a poll of a large count stops at POLL_MAX_BYTES (its answer
+        # is held in memory; the client polls on from the last offset it got, as after any poll)
+        while taken < count and offset < hw and read < budget:
             before = offset
             if remote:
-                r = await self.broker.fetch_at_leader(topic, p, offset, POLL_MAX_BYTES)
+                r = await self.broker.fetch_at_leader(topic, p, offset, budget - read)
             else:
-                r = await self.broker.fetch(topic, p, offset, max_bytes=POLL_MAX_BYTES,
+                r = await self.broker.fetch(topic, p, offset, max_bytes=budget - read,
                                             max_records=count - taken, from_log_start=True)
             if not r.data:
                 break
             data = r.data
+            read += len(data)
             # The read clamps to the log start now, which retention may have moved past the
             # high watermark taken before it: what it returned is bounded by its own.
             hw = max(hw, r.high_watermark)

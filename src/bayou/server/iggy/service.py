@@ -10,7 +10,7 @@ one module each, and call only the broker API, the stream catalog and the user s
 - ``auth``: logins, the per-request login check, users and personal access tokens;
 - ``streams``: streams, topics, partitions and segments (the catalog, ``catalog``);
 - ``produce``: SEND_MESSAGES and FLUSH_UNSAVED_BUFFER;
-- ``fetch``: POLL_MESSAGES (and bayou's POLL_BATCHES and WAIT_FOR_MESSAGES);
+- ``fetch``: POLL_MESSAGES (and bayou's POLL_BATCHES, POLL_PARTITIONS and WAIT_FOR_MESSAGES);
 - ``groups``: consumer groups and consumer offsets;
 - ``system``: ping, stats, cluster metadata, clients.
 
@@ -154,7 +154,7 @@ class IggyService:
             c.CREATE_PERSONAL_ACCESS_TOKEN: auth.create_token,
             c.DELETE_PERSONAL_ACCESS_TOKEN: auth.delete_token,
             c.POLL_MESSAGES: self.fetch.poll, c.POLL_BATCHES: self.fetch.poll,
-            c.WAIT_FOR_MESSAGES: self.fetch.wait,
+            c.WAIT_FOR_MESSAGES: self.fetch.wait, c.POLL_PARTITIONS: self.fetch.poll_partitions,
             c.SEND_MESSAGES: self.produce.send_decoded,
             c.FLUSH_UNSAVED_BUFFER: self.produce.flush,
             c.GET_CONSUMER_OFFSET: groups.get_offset, c.STORE_CONSUMER_OFFSET: groups.store_offset,
