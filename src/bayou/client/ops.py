@@ -29,6 +29,7 @@ from bayou.client.wire import (
     prepare_send,
 )
 from bayou.protocols.iggy import messages as m
+from bayou.protocols.iggy.codec import WAIT_MAX_PARTITIONS
 from bayou.protocols.iggy.codes import Status
 from bayou.protocols.iggy.wire import U32
 from bayou.records.compression import Compression
@@ -241,13 +242,16 @@ def fetch_arrow_many(r: Resolver, wants: Sequence[tuple[str, int, int, int]], in
     still in one round trip; a broker without the wait answers it INVALID_COMMAND and ``r.waits``
     goes False); the first refusal raises its error, every reply read first so the connection
     stays in step. A broker without POLL_BATCHES is asked a partition at a time with
-    POLL_MESSAGES."""
+    POLL_MESSAGES. (More than 10,000 partitions, which one POLL_PARTITIONS cannot list, go the
+    pipelined way too.) One answer holds at most 64 MiB: the partitions listed after those that
+    fill it come back empty, so a caller listing a large backlog first every time starves the
+    ones after it (the ``Consumer`` starts each poll at the next partition)."""
     if not wants:
         return []
     addrs = []
     for topic, _partition, _offset, _count in wants:
         addrs.append((yield from r.address(topic)))
-    if r.poll_partitions and (len(wants) > 1 or max_wait_ms > 0):
+    if r.poll_partitions and (len(wants) > 1 or max_wait_ms > 0) and len(wants) <= WAIT_MAX_PARTITIONS:
         polled = yield from _poll_partitions(r, wants, addrs, include_headers, max_wait_ms)
         if polled is not None:
             return polled

@@ -349,7 +349,8 @@ async def _fetch_one(svc: KafkaService, p: _Part, budget: int) -> None:
         else:
             f.update(high_watermark=r.high_watermark, last_stable_offset=r.high_watermark,
                      log_start_offset=r.log_start_offset)
-        data = for_kafka(r.data, p.offset, *svc.plain.of(p.topic, p.partition)) if r.data else []
+        data = for_kafka(r.data, p.offset, *svc.plain.of(p.topic, p.partition),
+                         limit=min(p.max_bytes, budget)) if r.data else []
         if p.committed and data:
             f["aborted_transactions"] = [
                 {"producer_id": pid, "first_offset": first}

@@ -208,3 +208,14 @@ def test_a_wait_goes_first_in_the_same_round_trip(waits: bool) -> None:
     assert r.waits is waits
     ops.run_sync(broker, ops.fetch_arrow_many(r, [("t", 0, 3, 9), ("t", 1, 0, 9)], max_wait_ms=250))
     assert broker.codes[4:] == ([Command.WAIT_FOR_MESSAGES] if waits else []) + [Command.POLL_BATCHES] * 2
+
+
+def test_more_partitions_than_one_poll_lists_go_the_pipelined_way() -> None:
+    """POLL_PARTITIONS lists at most 10,000 partitions (a broker refuses more as INVALID_COMMAND,
+    which must not read as "unknown command"): past that the polls are pipelined, and the next
+    poll of fewer partitions still uses POLL_PARTITIONS."""
+    r, broker = _resolver(), ManyBroker(True, partitions=True, waits=True)
+    got = ops.run_sync(broker, ops.fetch_arrow_many(r, [("t", p, 0, 1) for p in range(10_001)]))
+    assert len(got) == 10_001 and Command.POLL_PARTITIONS not in broker.codes and r.poll_partitions
+    ops.run_sync(broker, ops.fetch_arrow_many(r, [("t", p, 0, 1) for p in range(10_000)]))
+    assert broker.codes[-1] == Command.POLL_PARTITIONS

@@ -162,19 +162,25 @@ def converted(records: list[Record], h: BatchHeader) -> bytes:
 
 
 def for_kafka(data: bytes, start: int, known: Callable[[BatchHeader], bool] = _unknown,
-              learn: Callable[[BatchHeader], None] = _ignore) -> list[Buffer]:
+              learn: Callable[[BatchHeader], None] = _ignore, limit: int | None = None) -> list[Buffer]:
     """The batches of a fetched window (whole stored batches, in log order) as a Kafka client
     reads them, in pieces to be written one after the other: stored v2 batches as they are (views
     of ``data``, runs of them one piece), the rest converted, those wholly before ``start`` left
     out (a converted batch keeps only records at or past ``start``). ``known`` says a batch is
-    known to be sent as stored (``PlainBatches``); ``learn`` is told of each one found so."""
+    known to be sent as stored (``PlainBatches``); ``learn`` is told of each one found so.
+    ``limit``: no batch is added once the pieces hold that many bytes (one at least): a converted
+    batch, decompressed, may be many times its stored size."""
     out: list[Buffer] = []
     view = memoryview(data)
     run = -1  # where the current run of stored batches began, -1: none
     end = 0
+    size = 0  # bytes of the pieces in ``out``
     for pos, h in iter_batches(data):
         if h.next_offset <= start:
             continue
+        held = size + (end - run if run >= 0 else 0)
+        if limit is not None and held and held >= limit:
+            break
         stored = known(h)
         if not stored and as_stored(data, pos, h):
             learn(h)
@@ -186,10 +192,12 @@ def for_kafka(data: bytes, start: int, known: Callable[[BatchHeader], bool] = _u
             continue
         if run >= 0:
             out.append(view[run:end])
+            size += end - run
             run = -1
         recs = [r for r in decode_records(data, pos) if r.offset >= start]
         if recs:
             out.append(converted(recs, h))
+            size += len(out[-1])
     if run >= 0:
         out.append(view[run:end])
     return out

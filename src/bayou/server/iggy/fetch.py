@@ -34,6 +34,7 @@ from bayou.server.workers import decode_stored
 POLL_MAX_BYTES = FETCH_MAX_BYTES  # the most one poll reads, over all its reads (at least a batch)
 WAIT_MAX_MS = 30_000  # the longest WAIT_FOR_MESSAGES holds a connection
 REMOTE_WAIT_MS = 100  # ... when a listed partition is read at another broker (cluster mode)
+YIELD_EVERY = 64  # partitions a wait or a poll of several goes through before it yields to the loop
 # the consumer a POLL_PARTITIONS polls as: a plain one (its offsets are the client's own)
 _PLAIN_CONSUMER = m.Consumer(m.ConsumerKind.CONSUMER, m.Identifier(0))
 
@@ -188,8 +189,12 @@ class FetchHandlers:
                 for t in req.topics)))
         out = [U32.pack(sum(len(t.partitions) for t in req.topics))]
         left = POLL_MAX_BYTES
+        done = 0
         for t in req.topics:
             for p, offset, count in t.partitions:
+                done += 1
+                if done % YIELD_EVERY == 0:  # reads from the page cache do not suspend: let the
+                    await asyncio.sleep(0)  # loop's other connections in (10,000 polls take 0.4 s)
                 strategy = m.PollingStrategy(m.PollingKind.OFFSET, offset)
                 poll = m.PollBatches(_PLAIN_CONSUMER, t.stream, t.topic, p, strategy,
                                      count if left > 0 else 0, False)
@@ -209,10 +214,14 @@ class FetchHandlers:
         cut to REMOTE_WAIT_MS, so the client polls it at its leader that often."""
         listed: list[tuple[str, int, int]] = []
         remote = False
+        seen = 0
         for t in req.topics:
             stream, topic = await self.ctx.resolve(t.stream, t.topic)
             self.ctx.permit(s, "poll", stream.id, topic.id)
             for partition_id, offset in t.partitions:
+                seen += 1
+                if seen % YIELD_EVERY == 0:  # as in poll_partitions
+                    await asyncio.sleep(0)
                 p = self.ctx.partition_in(s, partition_id)
                 if p is None:
                     raise IggyError(Status.PARTITION_NOT_FOUND, f"partition {partition_id}")
@@ -253,16 +262,18 @@ class FetchHandlers:
                     envelope: bool = False, max_bytes: int | None = None) -> tuple[list[Any], int, int]:
         """Up to ``count`` messages from ``start``: reply parts (bytes for L and V, PolledMessage
         for D), how many, and the last offset. ``remote``: read at the partition's leader.
-        ``max_bytes`` (at most POLL_MAX_BYTES, the default): the bytes read stop there (a batch
-        at least)."""
+        ``max_bytes`` (at most POLL_MAX_BYTES, the default): the bytes read, and the bytes of the
+        answer, stop there (a batch at least: records converted from a compressed batch may be
+        many times its stored size)."""
         budget = POLL_MAX_BYTES if max_bytes is None else min(max_bytes, POLL_MAX_BYTES)
         parts: list[Any] = []
         taken = 0
         last = start - 1
         offset = start
-        read = 0  # bytes read so far: a poll of a large count stops at POLL_MAX_BYTES (its answer
-        # is held in memory; the client polls on from the last offset it got, as after any poll)
-        while taken < count and offset < hw and read < budget:
+        # bytes read so far and bytes answered: a poll of a large count stops at the budget (its
+        # answer is held in memory; the client polls on from the last offset it got, as after any poll)
+        read = answered = 0
+        while taken < count and offset < hw and read < budget and answered < budget:
             before = offset
             if remote:
                 r = await self.broker.fetch_at_leader(topic, p, offset, budget - read)
@@ -281,6 +292,7 @@ class FetchHandlers:
                 return await decode_stored(data, pos)
 
             async for piece in window(iter_batches(data), FORMAT_IGGY, offset, decode, stop=hw):
+                had = len(parts)
                 h, lo = piece.header, piece.lo
                 hi = min(piece.hi, lo + count - taken)
                 if isinstance(piece, Stored):
@@ -323,7 +335,9 @@ class FetchHandlers:
                         taken += len(polled)
                         last = polled[-1].offset
                 offset = hi
-                if taken >= count:
+                answered += sum(len(x) if isinstance(x, bytes | bytearray | memoryview) else len(x.payload)
+                                for x in parts[had:])
+                if taken >= count or answered >= budget:
                     break
             if offset == before:  # nothing below hw in what came back (retention moved the start past it)
                 break
