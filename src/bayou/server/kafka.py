@@ -29,7 +29,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from bayou.broker import FETCH_MAX_BYTES, Broker, ordering
+from bayou.broker import FETCH_MAX_BYTES, FETCH_YIELD_EVERY, Broker, ordering
 from bayou.broker.authz import Principal, current_caller, current_principal
 from bayou.broker.broker import Acks
 from bayou.broker.views import THIS_BROKER, Endpoint
@@ -425,6 +425,8 @@ async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
     while True:
         total = 0
         for i, p in enumerate(parts):
+            if i and i % FETCH_YIELD_EVERY == 0:  # reads that never suspend: let other connections in
+                await asyncio.sleep(0)
             if quick and _unchanged(svc, ctx, i, p):
                 continue
             # at least one batch (the first partition with data) even past max_bytes, as Kafka

@@ -224,3 +224,38 @@ class _Conn:
     peer = "127.0.0.1:40000"
     writer = None
     busy = 0
+
+
+async def test_a_kafka_fetch_of_many_partitions_lets_the_event_loop_run(tmp_path: Path) -> None:
+    """As POLL_PARTITIONS: a Fetch listing thousands of partitions at their log end (any client
+    may list 100,000 in a 2.8 MB request, which took 0.7 s) yields to the loop every
+    FETCH_YIELD_EVERY partitions."""
+    b = Broker(BrokerConfig(data_dir=tmp_path / "d", log=LogConfig(fsync=FsyncPolicy("never"))))
+    await b.start()
+    try:
+        await b.create_topic("many", 50)
+        svc = KafkaService(b)
+        body = build(codec.request_schema(ApiKey.FETCH, 11), replica_id=-1, max_wait=0, min_bytes=1,
+                     max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+                     topics=[{"topic": "many", "partitions": [
+                         {"partition": i % 50, "fetch_offset": 0, "current_leader_epoch": -1,
+                          "log_start_offset": -1, "partition_max_bytes": 1 << 20} for i in range(2_000)]}])
+        frame = codec.encode_request(RequestHeader(ApiKey.FETCH, 11, 1, "c", False, 0), body)[4:]
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        reply = await svc.answer(frame, Session("127.0.0.1:1"), Advertised(0, "localhost", 9092))
+        during = ticks - before
+        task.cancel()
+        assert reply is not None
+        assert during >= 2_000 // broker_fetch.FETCH_YIELD_EVERY - 1
+    finally:
+        await b.stop()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from bayou.broker import FETCH_MAX_BYTES
+from bayou.broker import FETCH_MAX_BYTES, FETCH_YIELD_EVERY
 from bayou.broker.window import Stored, window
 from bayou.errors import NotLeader
 from bayou.protocols.iggy import messages as m
@@ -34,7 +34,7 @@ from bayou.server.workers import decode_stored
 POLL_MAX_BYTES = FETCH_MAX_BYTES  # the most one poll reads, over all its reads (at least a batch)
 WAIT_MAX_MS = 30_000  # the longest WAIT_FOR_MESSAGES holds a connection
 REMOTE_WAIT_MS = 100  # ... when a listed partition is read at another broker (cluster mode)
-YIELD_EVERY = 64  # partitions a wait or a poll of several goes through before it yields to the loop
+YIELD_EVERY = FETCH_YIELD_EVERY  # partitions a wait or a poll of several goes through before it yields
 # the consumer a POLL_PARTITIONS polls as: a plain one (its offsets are the client's own)
 _PLAIN_CONSUMER = m.Consumer(m.ConsumerKind.CONSUMER, m.Identifier(0))
 
