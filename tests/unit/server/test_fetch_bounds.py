@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -33,6 +34,7 @@ from bayou.server.kafka import KafkaService
 from bayou.server.kafka_context import Advertised, Session
 from bayou.storage import FsyncPolicy, LogConfig
 
+T = TypeVar("T")
 CAP = 4096
 VALUE = 300  # bytes per record, one record per batch: about 370 bytes a batch
 
@@ -175,6 +177,25 @@ async def test_records_converted_from_compressed_batches_count_against_the_bound
         await b.stop()
 
 
+async def turns_during(work: Awaitable[T]) -> tuple[T, int]:
+    """``work``'s result, and how many turns another task got on the event loop meanwhile."""
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    before = ticks
+    try:
+        return await work, ticks - before
+    finally:
+        task.cancel()
+
+
 async def test_a_poll_of_many_partitions_lets_the_event_loop_run(tmp_path: Path) -> None:
     """Polls of partitions at their log end read nothing and never suspend: a POLL_PARTITIONS of
     thousands of them yields to the loop every YIELD_EVERY partitions instead of holding it for
@@ -197,20 +218,7 @@ async def test_a_poll_of_many_partitions_lets_the_event_loop_run(tmp_path: Path)
         await ask(m.LoginUser("iggy", "iggy"))
         req = m.PollPartitions(0, (m.PollTopic(m.Identifier("default"), m.Identifier("many"),
                                                tuple((p % 50, 0, 100) for p in range(2_000))),))
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        task = asyncio.create_task(ticker())
-        await asyncio.sleep(0)
-        before = ticks
-        reply = await ask(req)
-        during = ticks - before
-        task.cancel()
+        reply, during = await turns_during(ask(req))
         assert len(partition_replies(reply)) == 2_000
         assert during >= 2_000 // iggy_fetch.YIELD_EVERY - 1
         await iggy.close_session(session)
@@ -241,20 +249,8 @@ async def test_a_kafka_fetch_of_many_partitions_lets_the_event_loop_run(tmp_path
                          {"partition": i % 50, "fetch_offset": 0, "current_leader_epoch": -1,
                           "log_start_offset": -1, "partition_max_bytes": 1 << 20} for i in range(2_000)]}])
         frame = codec.encode_request(RequestHeader(ApiKey.FETCH, 11, 1, "c", False, 0), body)[4:]
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        task = asyncio.create_task(ticker())
-        await asyncio.sleep(0)
-        before = ticks
-        reply = await svc.answer(frame, Session("127.0.0.1:1"), Advertised(0, "localhost", 9092))
-        during = ticks - before
-        task.cancel()
+        reply, during = await turns_during(svc.answer(frame, Session("127.0.0.1:1"),
+                                                      Advertised(0, "localhost", 9092)))
         assert reply is not None
         assert during >= 2_000 // broker_fetch.FETCH_YIELD_EVERY - 1
     finally:
