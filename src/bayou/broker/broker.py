@@ -289,8 +289,7 @@ class Broker:
     # -- transactions (transactions.py) ---------------------------------------------------------
 
     async def _commit_txn_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
-        for partition, offset in sorted(offsets.items()):
-            await self.consumers.commit_offset(group, topic, partition, offset)
+        await self.consumers.commit_offsets(group, topic, offsets)
 
     def set_producer_ids(self, allocate: Callable[[], int],
                          coordinates: Callable[[str], bool] | None = None) -> None:
@@ -408,7 +407,7 @@ class Broker:
         return self.consumers.offsets_mark()
 
     async def commit_offsets(self, group: str, topic: str, entries: dict[int, int], *,
-                             member: str, generation: int) -> None:
+                             member: str | None = None, generation: int | None = None) -> None:
         await self.consumers.commit_offsets(group, topic, entries, member=member, generation=generation)
 
     def adopt_offsets(self, offsets: dict[tuple[str, str, int], int], *, since: int) -> bool:
@@ -434,6 +433,10 @@ class Broker:
 
     async def current_committed_offset(self, group: str, topic: str, partition: int) -> int | None:
         return await self.consumers.current_committed_offset(group, topic, partition)
+
+    def offset_groups(self) -> set[str]:
+        """The groups holding a committed offset (whichever topics the caller may poll)."""
+        return {g for g, _topic, _partition in self.groups.offsets}
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Every committed offset of ``group`` whose topic the caller may poll, by (topic,

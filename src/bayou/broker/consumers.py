@@ -211,12 +211,15 @@ class ConsumerGroups:
         return self.ctx.group_store.offsets_mark()
 
     async def commit_offsets(self, group: str, topic: str, entries: dict[int, int], *,
-                             member: str, generation: int) -> None:
-        """Commit several partitions at once, all or nothing, each checked for ownership."""
+                             member: str | None = None, generation: int | None = None) -> None:
+        """Commit several partitions at once, all or nothing, with one save of the offsets file
+        (a save per partition made a commit of n partitions write the file n times, each write
+        the size of every offset stored); with a member, each checked for ownership."""
         self.ctx.authorize("poll", topic)
         if any(off < 0 for off in entries.values()):
             raise OffsetOutOfRange("invalid offset")
-        await self._check_commit(group, topic, member, generation, entries)
+        if member is not None and generation is not None:
+            await self._check_commit(group, topic, member, generation, entries)
         self.ctx.groups.check_offsets(group, topic, entries)
         await self.ctx.group_store.publish_offsets(group, topic, entries)  # the store's copy first
         for p, off in entries.items():

@@ -20,10 +20,6 @@ YIELD_AFTER_BYTES = 64 * 1024  # a read on the event loop this large yields to t
 # fetch.max.bytes (55 MB by default); each front end bounds the answers it puts together from
 # several reads (a Kafka fetch of many partitions, an Iggy poll of many batches) by it too.
 FETCH_MAX_BYTES = 64 * 1024 * 1024
-# A request reading many partitions (a Kafka Fetch, an Iggy POLL_PARTITIONS) yields to the event
-# loop after this many: a read from the page cache, or of a partition at its log end, never
-# suspends, so 100,000 partitions listed in one 2.8 MB Kafka Fetch held the loop for 0.7 s.
-FETCH_YIELD_EVERY = 64
 
 
 class FetchPath:

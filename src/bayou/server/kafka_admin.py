@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from bayou.broker import Pace
 from bayou.errors import BayouError, InvalidConfig, InvalidPartitions, UnknownTopic
 from bayou.protocols.kafka.codes import ApiKey
 from bayou.server.kafka_context import (
@@ -49,7 +50,9 @@ def _factor(svc: KafkaService, asked: int) -> int:
 
 async def create_topics(svc: KafkaService, req: Request, body: Any) -> Fields:
     out = []
+    pace = Pace()
     for t in body.topics:
+        await pace()
         entry: Fields = {"name": t.name, "num_partitions": -1, "replication_factor": -1,
                          "error_message": None}
         try:
@@ -90,7 +93,9 @@ async def delete_topics(svc: KafkaService, req: Request, body: Any) -> Fields:
     names = list(getattr(body, "topic_names", ()) or ()) or [
         t.name for t in getattr(body, "topics", ()) if t.name is not None]
     out = []
+    pace = Pace()
     for name in names:
+        await pace()
         entry: Fields = {"name": name, "error_message": None}
         try:
             if not await svc.broker.has_topic(name):
@@ -105,7 +110,9 @@ async def delete_topics(svc: KafkaService, req: Request, body: Any) -> Fields:
 
 async def create_partitions(svc: KafkaService, req: Request, body: Any) -> Fields:
     out = []
+    pace = Pace()
     for t in body.topics:
+        await pace()
         entry: Fields = {"name": t.name, "error_message": None}
         try:
             if not await svc.broker.has_topic(t.name):
@@ -126,7 +133,9 @@ async def create_partitions(svc: KafkaService, req: Request, body: Any) -> Field
 
 async def describe_configs(svc: KafkaService, req: Request, body: Any) -> Fields:
     results = []
+    pace = Pace()
     for r in body.resources:
+        await pace(1 + len(r.configuration_keys or ()))
         entry: Fields = {"resource_type": r.resource_type, "resource_name": r.resource_name,
                          "error_message": None, "configs": []}
         try:
@@ -169,9 +178,12 @@ async def _alter(svc: KafkaService, resource: Any, changes: dict[str, str | None
 async def alter_configs(svc: KafkaService, req: Request, body: Any) -> Fields:
     """AlterConfigs replaces the topic's whole set: keys it does not name go back to defaults."""
     out = []
+    pace = Pace()
+    topics = set(svc.broker.list_topics())
     for r in body.resources:
+        await pace(1 + len(r.configs))
         changes: dict[str, str | None] = {c.name: c.value for c in r.configs}
-        if r.resource_type == TOPIC and r.resource_name in svc.broker.list_topics():
+        if r.resource_type == TOPIC and r.resource_name in topics:
             for key, (_v, own) in svc.broker.effective_topic_config(r.resource_name).items():
                 if own and key not in changes and not key.startswith("cluster."):
                     changes[key] = None
@@ -181,7 +193,9 @@ async def alter_configs(svc: KafkaService, req: Request, body: Any) -> Fields:
 
 async def incremental_alter_configs(svc: KafkaService, req: Request, body: Any) -> Fields:
     out = []
+    pace = Pace()
     for r in body.resources:
+        await pace(1 + len(r.configs))
         changes: dict[str, str | None] = {}
         bad = next((c for c in r.configs if c.config_operation not in (SET, DELETE)), None)
         if bad is not None:

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from bayou.broker import Pace
 from bayou.broker.groups.coordinator import RTES_POLICY
-from bayou.errors import BayouError, GroupNotFound, InvalidRequest
+from bayou.errors import BayouError, GroupNotFound, OffsetOutOfRange, OffsetRegression
 from bayou.protocols.kafka.codes import ApiKey
 from bayou.server.kafka_context import (
     ALL_OPERATIONS_OMITTED,
@@ -131,34 +132,54 @@ async def offset_commit(svc: KafkaService, req: Request, body: Any) -> Fields:
     except BayouError as exc:
         group_error = code_of(exc)
     topics = []
+    pace = Pace()
     for t in body.topics:
-        parts = []
-        for p in t.partitions:
-            code = group_error
-            if code is None:
-                try:
-                    if not await svc.broker.has_topic(t.name):
-                        raise InvalidRequest(f"unknown topic {t.name}")
-                    if svc.broker.group_topic(body.group_id) is None:
-                        # a bayou group, so the other protocols' tools find it (and its lag)
-                        await svc.broker.register_group(body.group_id, t.name, RTES_POLICY)
-                    await svc.broker.commit_offset(body.group_id, t.name, p.partition_index,
-                                                   p.committed_offset)
-                    code = ErrorCode.none
-                except InvalidRequest:
-                    code = ErrorCode.unknown_topic_or_partition
-                except BayouError as exc:
-                    code = code_of(exc)
-            parts.append({"partition_index": p.partition_index, "error_code": code})
-        topics.append({"name": t.name, "partitions": parts})
+        await pace(len(t.partitions))
+        if group_error is None:
+            codes = await _commit_topic(svc, body.group_id, t.name,
+                                        {p.partition_index: p.committed_offset for p in t.partitions}, pace)
+        else:
+            codes = {p.partition_index: group_error for p in t.partitions}
+        topics.append({"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": codes[p.partition_index]}
+            for p in t.partitions]})
     return {"topics": topics}
 
 
-async def _group_offsets(svc: KafkaService, group: str, topics: Any) -> Fields:
+async def _commit_topic(svc: KafkaService, group: str, topic: str, offsets: dict[int, int],
+                        pace: Pace) -> dict[int, int]:
+    """One topic's offsets of an OffsetCommit, committed at once (one save of the offsets file:
+    a save each made a commit of n partitions write the file n times): each partition's code."""
+    codes: dict[int, int] = {p: ErrorCode.none if offset >= 0 else code_of(OffsetOutOfRange("invalid offset"))
+             for p, offset in offsets.items()}
+    offsets = {p: offset for p, offset in offsets.items() if offset >= 0}
+    if not offsets:
+        return codes
+    try:
+        if not await svc.broker.has_topic(topic):
+            return dict.fromkeys(codes, ErrorCode.unknown_topic_or_partition)
+        if svc.broker.group_topic(group) is None:
+            # a bayou group, so the other protocols' tools find it (and its lag)
+            await svc.broker.register_group(group, topic, RTES_POLICY)
+        await svc.broker.commit_offsets(group, topic, offsets)
+    except OffsetRegression as exc:  # a group whose commits only go forward: each on its own
+        if len(offsets) == 1:
+            codes.update(dict.fromkeys(offsets, code_of(exc)))
+            return codes
+        for p, offset in offsets.items():
+            await pace()
+            codes.update(await _commit_topic(svc, group, topic, {p: offset}, pace))
+    except BayouError as exc:
+        codes.update(dict.fromkeys(offsets, code_of(exc)))
+    return codes
+
+
+async def _group_offsets(svc: KafkaService, group: str, topics: Any, pace: Pace) -> Fields:
     out = []
     if topics is None:  # every topic the group has offsets for
         by_topic: dict[str, list[Fields]] = {}
         for (topic, partition), offset in sorted(svc.broker.committed_offsets(group).items()):
+            await pace()
             by_topic.setdefault(topic, []).append(
                 {"partition_index": partition, "committed_offset": offset,
                  "committed_leader_epoch": -1, "metadata": ""})
@@ -166,6 +187,7 @@ async def _group_offsets(svc: KafkaService, group: str, topics: Any) -> Fields:
     for t in topics:
         parts = []
         for p in t.partition_indexes:
+            await pace()
             entry: Fields = {"partition_index": p, "committed_offset": -1,
                              "committed_leader_epoch": -1, "metadata": ""}
             try:
@@ -181,9 +203,10 @@ async def _group_offsets(svc: KafkaService, group: str, topics: Any) -> Fields:
 
 async def offset_fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
     groups = getattr(body, "groups", None)
+    pace = Pace()
     if groups is not None:  # v8+: several groups in one request
-        return {"groups": [await _group_offsets(svc, g.group_id, g.topics) for g in groups]}
-    return {"topics": (await _group_offsets(svc, body.group_id, body.topics))["topics"]}
+        return {"groups": [await _group_offsets(svc, g.group_id, g.topics, pace) for g in groups]}
+    return {"topics": (await _group_offsets(svc, body.group_id, body.topics, pace))["topics"]}
 
 
 def _all_groups(svc: KafkaService) -> dict[str, str]:
@@ -197,7 +220,9 @@ def _all_groups(svc: KafkaService) -> dict[str, str]:
 async def list_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
     wanted = {s.lower() for s in getattr(body, "states_filter", ())}
     out = []
+    pace = Pace()
     for name, ptype in sorted(_all_groups(svc).items()):
+        await pace()
         state = _state(svc, name)
         if wanted and state.lower() not in wanted:
             continue
@@ -217,7 +242,10 @@ def _state(svc: KafkaService, name: str) -> str:
 
 async def describe_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
     out = []
+    pace = Pace()
+    others = set(svc.broker.list_groups())
     for name in body.groups:
+        await pace()
         entry: Fields = {"group_id": name, "group_state": "Dead", "protocol_type": "",
                          "protocol_data": "", "authorized_operations":
                          GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False)
@@ -234,10 +262,11 @@ async def describe_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
                                   "client_id": m.client_id, "client_host": m.client_host,
                                   "member_metadata": m.metadata, "member_assignment": m.assignment}
                                  for m in d.members])
-            elif name in svc.broker.list_groups():  # a V1, Cursus or Iggy group: its members, no metadata
+            elif name in others:  # a V1, Cursus or Iggy group: its members, no metadata
                 g = svc.broker.describe_group(name)
                 entry.update(group_state=g.state, members=[
                     {"member_id": mid, "client_id": mid, "client_host": ""} for mid, _seen, _p in g.members])
+            await pace(len(entry.get("members", ())))
         except BayouError as exc:
             entry["error_code"] = code_of(exc)
         out.append(entry)
@@ -247,7 +276,10 @@ async def describe_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
 async def delete_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
     results = []
     known = _all_groups(svc)
+    with_offsets = svc.broker.offset_groups()  # once: each committed_offsets() reads every offset
+    pace = Pace()
     for name in body.groups_names:
+        await pace()
         elsewhere = not_coordinator(svc.broker, req, name)
         if elsewhere is not None:
             results.append({"group_id": name, "error_code": elsewhere})
@@ -256,7 +288,7 @@ async def delete_groups(svc: KafkaService, req: Request, body: Any) -> Fields:
         try:
             if svc.broker.classic_groups.has_members(name) or svc.broker.group_members(name):
                 code = ErrorCode.non_empty_group  # a V1, Cursus or Iggy member counts too
-            elif name not in known and not svc.broker.committed_offsets(name):
+            elif name not in known and (name not in with_offsets or not svc.broker.committed_offsets(name)):
                 raise GroupNotFound(f"group {name} not found")
             else:
                 await svc.broker.delete_group(name)

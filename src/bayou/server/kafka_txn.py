@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from bayou.broker import Pace
 from bayou.broker.groups.coordinator import RTES_POLICY
 from bayou.errors import BayouError, StorageError
 from bayou.protocols.kafka.codes import ApiKey
@@ -45,7 +46,9 @@ async def add_partitions_to_txn(svc: KafkaService, req: Request, body: Any) -> F
     failed: set[tuple[str, int]] = set()
     if code is None:
         missing = []
+        pace = Pace()
         for name, p in wanted:
+            await pace()
             if not await svc.broker.has_topic(name) or not 0 <= p < svc.broker.partition_count(name):
                 missing.append((name, p))
         if missing:
@@ -89,7 +92,9 @@ async def txn_offset_commit(svc: KafkaService, req: Request, body: Any) -> Field
     if code is None:
         try:
             offsets: dict[str, dict[int, int]] = {}
+            pace = Pace()
             for t in body.topics:
+                await pace(1 + len(t.partitions))
                 if not await svc.broker.has_topic(t.name):
                     code = ErrorCode.unknown_topic_or_partition
                     break

@@ -2,10 +2,11 @@
 
 Each kind of work has its own small pool: a flood of one (gzip bombs, a login storm hashing
 passwords with argon2) queues behind its own workers and cannot take the threads another kind
-needs (TANK's zero-copy sends run on the default executor). The queues are bounded by what feeds
-them: decompression inputs are request bytes the server's byte budget already caps, or stored
-batches a fetch has read (``decode_stored``: a batch one protocol stored compressed, converted for
-another).
+needs (TANK's zero-copy sends run on the default executor). Pure-Python work (``parse_pool``)
+does not run beside the loop but in turns with it, instead of holding it. The queues are bounded
+by what feeds them: decompression inputs are request bytes the server's byte budget already
+caps, or stored batches a fetch has read (``decode_stored``: a batch one protocol stored
+compressed, converted for another).
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ def inflate_pool() -> ThreadPoolExecutor:
     """Decompression of client batches (zlib, lz4, zstd and snappy release the GIL while they
     work): at most one thread per core, so a bomb flood cannot starve the loop of CPU time."""
     return ThreadPoolExecutor(max_workers=max(1, min(4, _CPUS)), thread_name_prefix="bayou-inflate")
+
+
+@functools.cache
+def parse_pool() -> ThreadPoolExecutor:
+    """Reading large requests and writing wide answers: pure Python, so the thread holds the
+    interpreter lock, which CPython hands back to the event loop's thread every 5 ms
+    (``sys.getswitchinterval``): the loop keeps serving while a 100 MiB request is read. Two
+    threads, so one such request does not queue every other large one behind it."""
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="bayou-parse")
 
 
 @functools.cache

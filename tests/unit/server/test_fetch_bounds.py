@@ -6,9 +6,7 @@ answer stopped and gets every record once, in order."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,7 +15,7 @@ import pytest
 import bayou.broker.fetch as broker_fetch
 import bayou.server.iggy.fetch as iggy_fetch
 import bayou.server.kafka as kafka_server
-from bayou.broker import Broker, BrokerConfig
+from bayou.broker import YIELD_EVERY, Broker, BrokerConfig
 from bayou.client.wire import partition_replies
 from bayou.protocols.iggy import messages as m
 from bayou.protocols.iggy.codec import encode_request_frame
@@ -33,6 +31,7 @@ from bayou.server.iggy import IggyService
 from bayou.server.kafka import KafkaService
 from bayou.server.kafka_context import Advertised, Session
 from bayou.storage import FsyncPolicy, LogConfig
+from support.loop import turns_during
 
 T = TypeVar("T")
 CAP = 4096
@@ -177,25 +176,6 @@ async def test_records_converted_from_compressed_batches_count_against_the_bound
         await b.stop()
 
 
-async def turns_during(work: Awaitable[T]) -> tuple[T, int]:
-    """``work``'s result, and how many turns another task got on the event loop meanwhile."""
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
-    before = ticks
-    try:
-        return await work, ticks - before
-    finally:
-        task.cancel()
-
-
 async def test_a_poll_of_many_partitions_lets_the_event_loop_run(tmp_path: Path) -> None:
     """Polls of partitions at their log end read nothing and never suspend: a POLL_PARTITIONS of
     thousands of them yields to the loop every YIELD_EVERY partitions instead of holding it for
@@ -220,7 +200,7 @@ async def test_a_poll_of_many_partitions_lets_the_event_loop_run(tmp_path: Path)
                                                tuple((p % 50, 0, 100) for p in range(2_000))),))
         reply, during = await turns_during(ask(req))
         assert len(partition_replies(reply)) == 2_000
-        assert during >= 2_000 // iggy_fetch.YIELD_EVERY - 1
+        assert during >= 2_000 // YIELD_EVERY - 1
         await iggy.close_session(session)
     finally:
         await b.stop()
@@ -237,7 +217,7 @@ class _Conn:
 async def test_a_kafka_fetch_of_many_partitions_lets_the_event_loop_run(tmp_path: Path) -> None:
     """As POLL_PARTITIONS: a Fetch listing thousands of partitions at their log end (any client
     may list 100,000 in a 2.8 MB request, which took 0.7 s) yields to the loop every
-    FETCH_YIELD_EVERY partitions."""
+    YIELD_EVERY partitions (broker/pace.py)."""
     b = Broker(BrokerConfig(data_dir=tmp_path / "d", log=LogConfig(fsync=FsyncPolicy("never"))))
     await b.start()
     try:
@@ -252,6 +232,6 @@ async def test_a_kafka_fetch_of_many_partitions_lets_the_event_loop_run(tmp_path
         reply, during = await turns_during(svc.answer(frame, Session("127.0.0.1:1"),
                                                       Advertised(0, "localhost", 9092)))
         assert reply is not None
-        assert during >= 2_000 // broker_fetch.FETCH_YIELD_EVERY - 1
+        assert during >= 2_000 // YIELD_EVERY - 1
     finally:
         await b.stop()

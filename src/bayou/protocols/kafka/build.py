@@ -45,7 +45,9 @@ def build(cls: Any, **values: Any) -> Any:
     for f, inner, is_array, optional, has_default in _fields(cls):
         if f.name in values:
             value = values[f.name]
-            if dataclasses.is_dataclass(inner):
+            if value is None:  # a nullable field (an array of Metadata's topics: every topic)
+                pass
+            elif dataclasses.is_dataclass(inner):
                 if is_array:
                     value = tuple(v if dataclasses.is_dataclass(v) else build(inner, **v) for v in value)
                 elif isinstance(value, dict):

@@ -1,0 +1,190 @@
+"""One request listing many items (partitions, topics, groups) must not hold the event loop, and so
+every other connection, for the whole of its work: a 1.6 MB Kafka ListOffsets of 100,000
+partitions held it 1.1 s, a 0.8 MB DescribeGroups 1.5 s, and a Kafka frame may be 100 MiB.
+
+Each handler's loop over the request's items yields every YIELD_EVERY items (broker/pace.py),
+and the Kafka front end reads a large frame and writes a wide answer in the parse pool
+(server/workers.py), off the event loop. Another task counts its turns meanwhile."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+import bayou.broker.pace as pace_module
+import bayou.server.kafka as kafka_server
+from bayou.broker import YIELD_EVERY, Broker, BrokerConfig
+from bayou.broker.groups.coordinator import CURSUS_POLICY
+from bayou.protocols.kafka import codec
+from bayou.protocols.kafka.build import build
+from bayou.protocols.kafka.codes import ApiKey
+from bayou.protocols.kafka.framing import RequestHeader
+from bayou.server.kafka import KafkaService
+from bayou.server.kafka_context import Advertised, Session
+from bayou.storage import FsyncPolicy, LogConfig, fsutil
+from support.loop import turns_during
+
+N = 3_000  # items a request lists: about N / YIELD_EVERY turns for the others
+WHERE = Advertised(0, "localhost", 9092)
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> Any:
+    b = Broker(BrokerConfig(data_dir=tmp_path / "d", log=LogConfig(fsync=FsyncPolicy("never"))))
+    await b.start()
+    await b.create_topic("t", 8)
+    yield b
+    await b.stop()
+
+
+def frame(key: ApiKey, version: int, **fields: Any) -> bytes:
+    body = build(codec.request_schema(key, version), **fields)
+    header = RequestHeader(key, version, 7, "pacing", codec.request_is_flexible(key, version), 0)
+    return codec.encode_request(header, body)[4:]
+
+
+def decoded(key: ApiKey, version: int, reply: Any) -> Any:
+    raw = reply if isinstance(reply, bytes | bytearray) else b"".join(reply)
+    return codec.decode_response(bytes(raw[4:]), key, version)[1]
+
+
+REQUESTS: dict[str, Callable[[], tuple[ApiKey, int, bytes]]] = {
+    "ListOffsets": lambda: (ApiKey.LIST_OFFSETS, 5, frame(
+        ApiKey.LIST_OFFSETS, 5, replica_id=-1, topics=[{"name": "t", "partitions": [
+            {"partition_index": i % 8, "current_leader_epoch": -1, "timestamp": -1} for i in range(N)]}])),
+    "Metadata": lambda: (ApiKey.METADATA, 8, frame(
+        ApiKey.METADATA, 8, topics=[{"name": f"x{i}"} for i in range(N)], allow_auto_topic_creation=False)),
+    "Produce": lambda: (ApiKey.PRODUCE, 7, frame(
+        ApiKey.PRODUCE, 7, acks=1, timeout=30000, topic_data=[{"name": "t", "partition_data": [
+            {"index": i % 8, "records": None} for i in range(N)]}])),
+    "OffsetCommit": lambda: (ApiKey.OFFSET_COMMIT, 7, frame(
+        ApiKey.OFFSET_COMMIT, 7, group_id="g", generation_id_or_member_epoch=-1, member_id="",
+        topics=[{"name": "t", "partitions": [{"partition_index": i % 8, "committed_offset": 0,
+                                              "committed_leader_epoch": -1} for i in range(N)]}])),
+    "OffsetFetch": lambda: (ApiKey.OFFSET_FETCH, 5, frame(
+        ApiKey.OFFSET_FETCH, 5, group_id="g", topics=[{"name": "t", "partition_indexes": list(range(N))}])),
+    "OffsetForLeaderEpoch": lambda: (ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, frame(
+        ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, replica_id=-1, topics=[{"topic": "t", "partitions": [
+            {"partition": i % 8, "current_leader_epoch": -1, "leader_epoch": 0} for i in range(N)]}])),
+    "DescribeGroups": lambda: (ApiKey.DESCRIBE_GROUPS, 4, frame(
+        ApiKey.DESCRIBE_GROUPS, 4, groups=[f"g{i}" for i in range(N)])),
+    "DeleteGroups": lambda: (ApiKey.DELETE_GROUPS, 2, frame(
+        ApiKey.DELETE_GROUPS, 2, groups_names=[f"g{i}" for i in range(N)])),
+    "DeleteTopics": lambda: (ApiKey.DELETE_TOPICS, 4, frame(
+        ApiKey.DELETE_TOPICS, 4, topic_names=[f"x{i}" for i in range(N)], timeout=1000)),
+    "CreatePartitions": lambda: (ApiKey.CREATE_PARTITIONS, 3, frame(
+        ApiKey.CREATE_PARTITIONS, 3, topics=[{"name": f"x{i}", "count": 2} for i in range(N)], timeout=1000)),
+    "DescribeConfigs": lambda: (ApiKey.DESCRIBE_CONFIGS, 4, frame(
+        ApiKey.DESCRIBE_CONFIGS, 4, resources=[{"resource_type": 2, "resource_name": f"x{i}",
+                                                "configuration_keys": None} for i in range(N)])),
+    "IncrementalAlterConfigs": lambda: (ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, frame(
+        ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, resources=[{"resource_type": 2, "resource_name": f"x{i}",
+                                                         "configs": []} for i in range(N)])),
+}
+
+
+@pytest.fixture
+def on_the_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every request read and answered on the event loop: only the handlers' own yields count."""
+    monkeypatch.setattr(kafka_server, "LARGE_REQUEST", 1 << 40)
+    monkeypatch.setattr(kafka_server, "WIDE_ANSWER", 1 << 40)
+    yield
+
+
+@pytest.mark.parametrize("name", sorted(REQUESTS))
+async def test_a_kafka_request_of_many_items_lets_the_event_loop_run(
+        broker: Broker, on_the_loop: None, name: str) -> None:
+    key, version, request = REQUESTS[name]()
+    reply, during = await turns_during(KafkaService(broker).answer(request, Session("127.0.0.1:1"), WHERE))
+    assert reply is not None
+    decoded(key, version, reply)  # a whole, valid answer
+    assert during >= N // YIELD_EVERY - 1, f"{name}: {during} turns"
+
+
+async def test_a_large_request_is_read_and_a_wide_answer_written_off_the_loop(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a frame past LARGE_REQUEST and writing an answer of WIDE_ANSWER entries or more
+    cost CPU in proportion: the parse pool does them (and the loop turns meanwhile even with no
+    yield in the handler)."""
+    monkeypatch.setattr(pace_module, "YIELD_EVERY", 1 << 40)
+    threads: dict[str, str] = {}
+
+    def spy(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            threads[name] = threading.current_thread().name
+            return fn(*args)
+        return run
+
+    monkeypatch.setattr(kafka_server.codec, "decode_request", spy("decode", codec.decode_request))
+    monkeypatch.setattr(kafka_server, "_encode", spy("encode", kafka_server._encode))
+    svc, session = KafkaService(broker), Session("127.0.0.1:1")
+    small = frame(ApiKey.LIST_OFFSETS, 5, replica_id=-1, topics=[{"name": "t", "partitions": [
+        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])
+    assert await svc.answer(small, session, WHERE)
+    assert threads == {"decode": "MainThread", "encode": "MainThread"}
+    large = frame(ApiKey.LIST_OFFSETS, 5, replica_id=-1, topics=[{"name": "t", "partitions": [
+        {"partition_index": i % 8, "current_leader_epoch": -1, "timestamp": -1} for i in range(6_000)]}])
+    assert len(large) > kafka_server.LARGE_REQUEST
+    reply, during = await turns_during(svc.answer(large, session, WHERE))
+    assert threads["decode"].startswith("bayou-parse") and threads["encode"].startswith("bayou-parse")
+    assert during > 0
+    answer = decoded(ApiKey.LIST_OFFSETS, 5, reply)
+    assert [p.partition_index for p in answer.topics[0].partitions] == [i % 8 for i in range(6_000)]
+    # a small request with a wide answer: Metadata of every topic on a broker of many partitions
+    threads.clear()
+    await broker.create_topic("wide", kafka_server.WIDE_ANSWER)
+    reply = await svc.answer(frame(ApiKey.METADATA, 8, topics=None), session, WHERE)
+    assert threads["decode"] == "MainThread" and threads["encode"].startswith("bayou-parse")
+    wide = {t.name: len(t.partitions) for t in decoded(ApiKey.METADATA, 8, reply).topics}
+    assert wide == {"t": 8, "wide": kafka_server.WIDE_ANSWER}
+
+
+async def test_an_offset_commit_of_many_partitions_saves_the_offsets_once(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit of n partitions wrote the offsets file n times, each write holding every offset
+    stored (100,000 partitions took 111 s); each topic's are now committed at once. The codes stay
+    per partition: a negative offset, an unknown topic, a commit moving back in a group whose
+    commits only go forward (a Cursus group)."""
+    writes: list[Path] = []
+    atomic_write = fsutil.atomic_write
+
+    def counted(path: Path, data: bytes) -> None:
+        writes.append(path)
+        atomic_write(path, data)
+
+    monkeypatch.setattr("bayou.broker.persist.atomic_write", counted)
+    await broker.create_topic("c", 1)
+    await broker.register_group("cg", "c", CURSUS_POLICY)
+    await broker.commit_offset("cg", "c", 0, 10)
+    await broker.create_topic("d", 4)
+    await broker.register_group("cg", "d", CURSUS_POLICY)
+    await broker.commit_offset("cg", "d", 0, 10)
+    svc, session = KafkaService(broker), Session("127.0.0.1:1")
+
+    def commit(group: str, topics: dict[str, dict[int, int]]) -> bytes:
+        return frame(ApiKey.OFFSET_COMMIT, 7, group_id=group, generation_id_or_member_epoch=-1,
+                     member_id="", topics=[{"name": t, "partitions": [
+                         {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1}
+                         for p, o in parts.items()]} for t, parts in topics.items()])
+
+    writes.clear()
+    many = {p: 1000 + p for p in range(2_000)}
+    answer = decoded(ApiKey.OFFSET_COMMIT, 7, await svc.answer(
+        commit("g", {"t": many, "missing": {0: 1}}), session, WHERE))
+    codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
+    assert codes == {**{("t", p): ErrorCode.none for p in many},
+                     ("missing", 0): ErrorCode.unknown_topic_or_partition}
+    assert len([w for w in writes if w.name == "offsets.json"]) == 1
+    assert all(broker.committed_offset("g", "t", p) == o for p, o in many.items())
+
+    answer = decoded(ApiKey.OFFSET_COMMIT, 7, await svc.answer(
+        commit("cg", {"d": {0: 5, 1: 7, 2: -3, 3: 11}}), session, WHERE))
+    codes = {p.partition_index: p.error_code for p in answer.topics[0].partitions}
+    assert codes[1] == codes[3] == ErrorCode.none
+    assert codes[0] != ErrorCode.none and codes[2] != ErrorCode.none
+    assert [broker.committed_offset("cg", "d", p) for p in range(4)] == [10, 7, None, 11]
