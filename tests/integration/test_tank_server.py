@@ -197,6 +197,9 @@ async def test_bad_bundles_get_error_10_and_store_nothing(server: BayouServer) -
     b"\x42\x00\x00\x00\x00",  # unknown message id
     b"\x01\x03\x00\x00\x00\x02\x00\x01",  # truncated produce
     b"\x02\x00\x00\x00\x20",  # declared payload over 256 MiB
+    # DiscoverPartitions listing 65,536 ids: its reply counts in a u16 (the work was done, then
+    # its reply failed to encode)
+    b"\x06" + (9 + 2 * 65_536).to_bytes(4, "little") + b"\x00" * 4 + b"\x04keep" + b"\x00\x00" * 65_536,
 ])
 async def test_malformed_frames_close_only_that_connection(server: BayouServer, frame: bytes) -> None:
     c = await conn(server)

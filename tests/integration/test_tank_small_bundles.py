@@ -138,3 +138,28 @@ async def test_a_request_of_86_entries_appends_them_in_order(tmp_path: Path, fsy
         await c.close()
     finally:
         await server.stop()
+
+
+async def test_the_entries_of_one_produce_keep_their_order_whatever_their_checks_cost(
+        server: BayouServer) -> None:
+    """Under fsync=always (the default) a produce's entries append together so that they share
+    an fsync: each must append before any waits. A Snappy bundle is inflated, and a large bundle
+    of uneven messages walked, in a worker pool: such an entry used to wait there while the
+    entries after it appended first, so one producer's messages were stored out of order."""
+    c = await TankConn.open(tank_port(server))
+    assert (await c.call(m.CreateTopic(1, "ordered", 1, ""))).error == 0  # type: ignore[attr-defined]
+    snappy = encode_bundle([TankMessage(0, 5, None, b"s" * 200) for _ in range(20)], compress=True)
+    uneven = encode_bundle([TankMessage(0, 5 + i, None, b"u" * (i % 50)) for i in range(5_000)],
+                           compress=False)
+    assert snappy[0] & 0x03 and len(uneven) > 64 * 1024  # Snappy-compressed; past OFF_LOOP_BYTES
+    await _produce(c, "ordered", [_one(0), snappy, _one(1), uneven, _one(2)])
+    values: list[bytes] = []
+    seq = 1
+    while seq <= 5_023:
+        p = await _consume(c, "ordered", seq, 1 << 20)
+        got = decode_chunk(p.chunk, p.base_seq, sparse_first=False)
+        assert got, seq
+        values += [x.value for x in got]
+        seq = got[-1].seq + 1
+    assert values == [b"m0", *[b"s" * 200] * 20, b"m1", *[b"u" * (i % 50) for i in range(5_000)], b"m2"]
+    await c.close()

@@ -77,7 +77,7 @@ from bayou.server.kafka_context import (
     not_coordinator,
 )
 from bayou.server.metering import UNKNOWN, RequestMeter
-from bayou.server.workers import parse_pool, run_in
+from bayou.server.workers import OFF_LOOP_BYTES, parse_pool, run_in
 
 log = logging.getLogger("bayou.kafka")
 
@@ -95,7 +95,7 @@ SERVED: Mapping[ApiKey, VersionRange] = MappingProxyType({
 # 1.6 MB ListOffsets of 100,000 partitions: 0.09 s to decode, 0.7 s to build and encode the
 # answer), and a frame may be 100 MiB: past these sizes that work runs in the parse pool
 # (server/workers.py), which the event loop gets the interpreter lock back from every 5 ms.
-LARGE_REQUEST = 64 * 1024  # bytes of a request frame
+LARGE_REQUEST = OFF_LOOP_BYTES  # bytes of a request frame
 WIDE_ANSWER = 256  # entries of an answer, counted two lists deep (topics, then their partitions)
 
 PLAIN = "PLAIN"
@@ -159,7 +159,8 @@ class KafkaService:
             self.meter.record(name, started, failed)
         if fields is None:
             return None
-        if _wide(fields):
+        # a Produce answer has an entry per partition the request listed (8 bytes each at least)
+        if (header.api_key != ApiKey.PRODUCE or len(frame) >= 8 * WIDE_ANSWER) and _wide(fields):
             return await run_in(parse_pool(), _encode, header, fields)
         return _encode(header, fields)
 

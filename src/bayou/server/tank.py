@@ -23,9 +23,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bayou.broker import Broker, ordering
+from bayou.broker import Broker, Pace, ordering
 from bayou.broker.authz import Action
-from bayou.errors import BayouError, NotLeader, OffsetOutOfRange, StorageError, Unauthorized
+from bayou.errors import BayouError, CorruptRecord, NotLeader, OffsetOutOfRange, StorageError, Unauthorized
 from bayou.protocols.tank import codec
 from bayou.protocols.tank import messages as m
 from bayou.protocols.tank.codes import (
@@ -41,6 +41,7 @@ from bayou.protocols.tank.codes import (
     reload_conf_error_for,
 )
 from bayou.protocols.tank.framing import MAX_PAYLOAD, PING_FRAME, Frame, FrameReader, frame_header
+from bayou.records.tank import BundleHeader
 from bayou.server import zerocopy
 from bayou.server.base import Connection, Listener
 from bayou.server.frames import serve_frames
@@ -51,11 +52,13 @@ from bayou.server.tank_store import (
     U64_MAX,
     Chunk,
     FileRange,
+    check_received,
     first_available,
     last_assigned,
     produce_bundle,
     read_chunk,
 )
+from bayou.server.workers import parsed
 
 log = logging.getLogger("bayou.tank")
 
@@ -163,8 +166,9 @@ class TankService:
             return False
         return True
 
-    async def _reply(self, c: TankConnection, resp: Any) -> None:
-        msg_id, payload = codec.encode_response(resp)
+    async def _reply(self, c: TankConnection, resp: Any, size: int = 0) -> None:
+        """Encode and send ``resp``; ``size``: about its bytes, when it may be large."""
+        msg_id, payload = await parsed(size, codec.encode_response, resp)
         await c.send(msg_id, payload)
 
     async def _ping(self, c: TankConnection, req: m.Ping) -> None:
@@ -174,13 +178,16 @@ class TankService:
 
     async def _produce(self, c: TankConnection, req: m.Produce) -> None:
         results: list[m.ProduceTopicResult] = []
+        pace = Pace()
         # a pipelining connection serves the next request once every entry has appended
         ordering.expect(sum(len(t.entries) for t in req.topics))
 
-        async def entry(topic: str, e: m.ProduceEntry) -> int | m.Endpoint:
+        async def entry(topic: str, e: m.ProduceEntry,
+                        checked: BundleHeader | CorruptRecord | None = None) -> int | m.Endpoint:
             with ordering.slot():
                 return await produce_bundle(self.broker, topic, e.partition, e.bundle,
-                                            e.base_seq if req.with_seqnum else None, req.required_acks)
+                                            e.base_seq if req.with_seqnum else None, req.required_acks,
+                                            checked)
 
         for topic in req.topics:
             if not self._may("send", topic.name):  # tank-cli: the "not allowed" fault, exit 1
@@ -199,9 +206,19 @@ class TankService:
             # entry, the entries are awaited in turn, each done at its append: a task per entry
             # (tank-cli's bm p2b sends 86) cost more than the append itself.
             if len(topic.entries) == 1 or not self.broker.produce_may_wait(topic.name):
-                outcomes = [await entry(topic.name, e) for e in topic.entries]
+                outcomes = []
+                for e in topic.entries:  # up to 255 a topic, 255 topics: yield as they go
+                    await pace()
+                    outcomes.append(await entry(topic.name, e))
             else:
-                outcomes = await asyncio.gather(*(entry(topic.name, e) for e in topic.entries))
+                # the bundles are checked first, in turn: a check may wait (a pool inflates or
+                # walks a large one), and no append may start before those ahead of it
+                checks = []
+                for e in topic.entries:
+                    await pace()
+                    checks.append(await check_received(e.bundle))
+                outcomes = await asyncio.gather(*(entry(topic.name, e, h)
+                                                  for e, h in zip(topic.entries, checks, strict=True)))
             errors = tuple(ProduceError.OTHER_LEADER if isinstance(o, m.Endpoint) else o for o in outcomes)
             leaders = tuple(o for o in outcomes if isinstance(o, m.Endpoint))
             results.append(m.ProduceTopicResult(errors=errors, leaders=leaders))
@@ -253,6 +270,7 @@ class TankService:
         standalone, the high water mark is the log end, so it reads the same data)."""
         answers: Answers = []
         immediate = req.max_wait == 0
+        pace = Pace()
         for t in req.topics:
             # a topic the connection may not read is answered as unknown: TANK's consume has no
             # "not allowed" code (tank-cli reports "Unknown topic" and exits 1)
@@ -265,6 +283,7 @@ class TankService:
             answers.append((t, entries))
             try:
                 for p in t.partitions:
+                    await pace()
                     entries.append(await self._resolve(t.name, p))
             except BaseException:  # chunks resolved so far hold segment leases: give them back
                 for _t, done in answers:
@@ -371,10 +390,12 @@ class TankService:
                 lengths.append(chunk.length if chunk is not None else 0)
                 if chunk is not None and chunk.length:
                     chunks.append(chunk)
+        size = 16 * len(lengths)  # about the header's bytes: a ConsumePeer may list a million partitions
         if isinstance(req, m.ConsumePeer):
-            header = codec.encode_consume_peer_header(topics, lengths, framed=True)
+            header = await parsed(size, codec.encode_consume_peer_header, topics, lengths, framed=True)
         else:
-            header = codec.encode_consume_header(req.request_id, topics, lengths, framed=True)
+            header = await parsed(size, codec.encode_consume_header, req.request_id, topics, lengths,
+                                  framed=True)
         try:
             async with c.lock:
                 writer = c.conn.writer
@@ -392,13 +413,16 @@ class TankService:
         entries: list[m.DiscoveredPartition] = []
         if req.topic in self.broker.topics and self.broker.visible_topics_of((req.topic,)):
             n = self.broker.partition_count(req.topic)
+            pace = Pace()
             for p in req.partitions or tuple(range(n)):
+                await pace()
                 if not 0 <= p < n:
                     entries.append(m.DiscoveredPartition(U64_MAX, U64_MAX, fault=PartitionFault.SYSTEM_ERROR))
                     continue
                 entries.append(m.DiscoveredPartition(await first_available(self.broker, req.topic, p),
                                                      last_assigned(self.broker, req.topic, p)))
-        await self._reply(c, m.DiscoverPartitionsResponse(req.request_id, req.topic, tuple(entries)))
+        await self._reply(c, m.DiscoverPartitionsResponse(req.request_id, req.topic, tuple(entries)),
+                          size=16 * len(entries))
 
     async def _create_topic(self, c: TankConnection, req: m.CreateTopic) -> None:
         error = CreateTopicError.OK
@@ -496,8 +520,14 @@ def tank_handler(service: TankService) -> Callable[[Connection, Listener], Await
         conn.writer.write(PING_FRAME)  # once, on accept (§1)
 
         async def handle(frame: Frame) -> None:
-            # replies are written by the service (pipelined, long polls, sendfile chunks)
-            await service.handle(c, codec.decode_request(frame.msg_id, frame.payload))
+            # replies are written by the service (pipelined, long polls, sendfile chunks); a
+            # large request other than a produce (whose entries are at most 255 x 255) is read
+            # off the event loop: a ConsumePeer may list a million partitions
+            if _produces(frame):
+                request = codec.decode_request(frame.msg_id, frame.payload)
+            else:
+                request = await parsed(len(frame.payload), codec.decode_request, frame.msg_id, frame.payload)
+            await service.handle(c, request)
 
         async def refuse(exc: TankError) -> None:
             log.info("closing TANK connection: %s", exc, extra={"peer": conn.peer})

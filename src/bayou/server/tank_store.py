@@ -46,8 +46,16 @@ from bayou.records.batch import (
     Record,
     assemble_batch,
 )
-from bayou.records.tank import CODEC_SNAPPY, FORMAT_TANK, check_bundle, parse_bundle_header, write_varint
-from bayou.server.workers import decode_stored, inflate_pool, run_in
+from bayou.records.tank import (
+    CODEC_SNAPPY,
+    FORMAT_TANK,
+    BundleHeader,
+    check_bundle,
+    parse_bundle_header,
+    uniform_bundle,
+    write_varint,
+)
+from bayou.server.workers import OFF_LOOP_BYTES, decode_stored, inflate_pool, parse_pool, run_in
 from bayou.storage.log import FileSpan
 
 MAX_FETCH = 64 * 1024 * 1024
@@ -111,15 +119,33 @@ async def first_available(broker: Broker, topic: str, partition: int) -> int:
     return 0 if base is None else base + 1
 
 
+async def check_received(bundle: bytes) -> BundleHeader | CorruptRecord:
+    """A received bundle's header once its whole message set is checked (``check_bundle``), or
+    the damage found: nothing unreadable is ever stored. Inflating a Snappy one is CPU work a
+    client chooses, so it runs in the inflate pool; walking a large one's messages one by one
+    (when they are not of one shape) in the parse pool; neither on the event loop."""
+    try:
+        h = parse_bundle_header(bundle)
+        if h.codec == CODEC_SNAPPY:
+            return await run_in(inflate_pool(), check_bundle, bundle, h)
+        if len(bundle) > OFF_LOOP_BYTES:  # check_bundle's quick path, else its walk off the loop
+            return h if uniform_bundle(bundle, h) else await run_in(parse_pool(), check_bundle, bundle, h)
+        return check_bundle(bundle, h)
+    except CorruptRecord as exc:
+        return exc
+
+
 async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: bytes,
-                         base_seq: int | None, required_acks: int = 0) -> int | Endpoint:
+                         base_seq: int | None, required_acks: int = 0,
+                         checked: BundleHeader | CorruptRecord | None = None) -> int | Endpoint:
     """Append one bundle exactly as received; returns TANK's produce error byte, or in cluster
     mode the leader's TANK endpoint when another broker leads the partition (error 0xfc, which
     TANK clients follow). ``base_seq`` is ProduceWithSeqnum's (0x5) explicit first seq (None for
     0x1). ``required_acks`` (cluster mode; ignored standalone, as TANK does): 0 or 1 waits for the
     leader only; more waits for every in-sync replica and needs at least that many of them (capped
     by the replication factor), else 0x04 before anything is stored; 0x03 when the wait times
-    out."""
+    out. ``checked``: ``check_received(bundle)``, when the caller made it beforehand (it may wait,
+    and the appends of one request's entries must keep their order)."""
     if not 0 <= partition < broker.partition_count(topic):
         return PRODUCE_UNKNOWN_PARTITION
     acks = Acks.LEADER
@@ -128,13 +154,8 @@ async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: byt
         if view is not None and len(view[1]) < min(required_acks, len(view[0])):
             return PRODUCE_INSUFFICIENT_REPLICAS
         acks = Acks.ALL
-    try:
-        # the whole message set is checked: nothing unreadable is stored; inflating a compressed
-        # one is CPU work a client chooses, so it runs in the inflate pool, not on the loop
-        h = parse_bundle_header(bundle)
-        h = (await run_in(inflate_pool(), check_bundle, bundle, h) if h.codec == CODEC_SNAPPY
-             else check_bundle(bundle, h))
-    except CorruptRecord:
+    h = await check_received(bundle) if checked is None else checked
+    if isinstance(h, CorruptRecord):
         return PRODUCE_INVALID_SEQ
     at: int | None = None
     if h.sparse:  # the header's seqs win over a 0x5 base seq (§4.2 rule 3)

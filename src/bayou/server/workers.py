@@ -55,6 +55,17 @@ async def run_in(pool: ThreadPoolExecutor, fn: Callable[P, T], *args: P.args, **
     return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args, **kwargs))
 
 
+OFF_LOOP_BYTES = 64 * 1024  # a request this large is read in the parse pool (``parsed``)
+
+
+async def parsed(size: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)``, reading a request (or a part of one) of ``size`` bytes whose cost
+    grows with its entries: on the event loop up to OFF_LOOP_BYTES, past that in the parse pool."""
+    if size > OFF_LOOP_BYTES:
+        return await run_in(parse_pool(), fn, *args, **kwargs)
+    return fn(*args, **kwargs)
+
+
 INLINE_BATCH_BYTES = 64 * 1024  # a stored batch up to this size, not compressed, is decoded on the loop
 
 

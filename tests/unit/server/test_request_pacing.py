@@ -8,9 +8,11 @@ and the Kafka front end reads a large frame and writes a wide answer in the pars
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,10 +26,18 @@ from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import ApiKey
 from bayou.protocols.kafka.framing import RequestHeader
+from bayou.protocols.tank import codec as tank_codec
+from bayou.protocols.tank import messages as tm
+from bayou.protocols.tank.bundles import TankMessage, encode_bundle
+from bayou.protocols.tank.codes import TankError
+from bayou.server import tank_store
 from bayou.server.kafka import KafkaService
 from bayou.server.kafka_context import Advertised, Session
+from bayou.server.tank import TankConnection, TankService
+from bayou.server.workers import OFF_LOOP_BYTES
 from bayou.storage import FsyncPolicy, LogConfig, fsutil
 from support.loop import turns_during
+from support.tank import TankConn, start_tank, tank_port
 
 N = 3_000  # items a request lists: about N / YIELD_EVERY turns for the others
 WHERE = Advertised(0, "localhost", 9092)
@@ -188,3 +198,110 @@ async def test_an_offset_commit_of_many_partitions_saves_the_offsets_once(
     assert codes[1] == codes[3] == ErrorCode.none
     assert codes[0] != ErrorCode.none and codes[2] != ErrorCode.none
     assert [broker.committed_offset("cg", "d", p) for p in range(4)] == [10, 7, None, 11]
+
+
+# -- TANK ----------------------------------------------------------------------------------------
+
+
+def _tank_conn() -> tuple[TankConnection, bytearray]:
+    """A TANK connection whose writer keeps what the service writes."""
+    data = bytearray()
+
+    async def drained() -> None:
+        return None
+
+    writer = SimpleNamespace(write=data.extend, drain=drained)
+    return TankConnection(SimpleNamespace(peer="127.0.0.1:40000", busy=0, writer=writer)), data  # type: ignore[arg-type]
+
+
+def _tank_bundle(value: bytes) -> bytes:
+    return encode_bundle([TankMessage(0, 1_700_000_000_000, None, value)], compress=False)
+
+
+TANK_REQUESTS: dict[str, Callable[[], Any]] = {
+    "DiscoverPartitions": lambda: tm.DiscoverPartitions(1, "t", tuple(i % 8 for i in range(N))),
+    "Consume": lambda: tm.Consume(1, tuple(tm.ConsumeTopic("t", tuple(
+        tm.ConsumePartition(i % 8, 0, 4096) for i in range(250))) for _ in range(N // 250))),
+    "ConsumePeer": lambda: tm.ConsumePeer(1, (tm.ConsumeTopic("t", tuple(
+        tm.ConsumePartition(i % 8, 0, 4096) for i in range(N))),)),
+    "Produce": lambda: tm.Produce(1, tuple(tm.ProduceTopic("t", tuple(
+        tm.ProduceEntry(i % 8, _tank_bundle(b"v")) for i in range(250))) for _ in range(N // 250)),
+        required_acks=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TANK_REQUESTS))
+async def test_a_tank_request_of_many_items_lets_the_event_loop_run(broker: Broker, name: str) -> None:
+    """TANK's consume and produce count their topics and partitions in u8s (255 x 255), its
+    ConsumePeer in u16s and DiscoverPartitions lists up to 65,535 ids: a 2 MB DiscoverPartitions
+    held the loop 1.9-4.6 s (the reply then failed: more entries than its u16 count)."""
+    svc, (c, written) = TankService(broker), _tank_conn()
+    request = TANK_REQUESTS[name]()
+    _, during = await turns_during(svc.handle(c, request))
+    assert during >= N // YIELD_EVERY - 1, f"{name}: {during} turns"
+    msg_id, size = struct.unpack_from("<BI", written)
+    reply = tank_codec.decode_response(msg_id, bytes(written[5:5 + size]), request=request)
+    if name == "DiscoverPartitions":
+        assert isinstance(reply, tm.DiscoverPartitionsResponse) and len(reply.partitions) == N
+    if name == "Produce":
+        assert broker.partition("t", 0).log.next_offset == len(range(0, 250, 8)) * (N // 250)
+
+
+def test_a_tank_discover_partitions_of_more_ids_than_its_reply_counts_is_malformed() -> None:
+    for n, ok in ((tank_codec.MAX_DISCOVERED, True), (tank_codec.MAX_DISCOVERED + 1, False)):
+        frame = tank_codec.encode_request_frame(tm.DiscoverPartitions(1, "t", (0,) * n))
+        if ok:
+            assert len(tank_codec.decode_request(6, frame[5:]).partitions) == n  # type: ignore[union-attr]
+        else:
+            with pytest.raises(TankError, match="65535"):
+                tank_codec.decode_request(6, frame[5:])
+
+
+async def test_large_tank_requests_are_read_off_the_event_loop(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through a socket: a request past OFF_LOOP_BYTES other than a produce (a ConsumePeer of
+    10,000 partitions) is decoded in the parse pool, and so is the check of a produced bundle
+    whose messages must be walked one by one (uneven sizes); a bundle of uniform messages keeps
+    the quick check on the loop, and small requests stay there too."""
+    threads: dict[str, str] = {}
+
+    def spy(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            threads[name] = threading.current_thread().name
+            return fn(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(tank_codec, "decode_request", spy("decode", tank_codec.decode_request))
+    monkeypatch.setattr(tank_store, "check_bundle", spy("check", tank_store.check_bundle))
+    server = await start_tank(tmp_path / "d")
+    try:
+        await server.broker.create_topic("t", 8)
+        c = await TankConn.open(tank_port(server))
+        peer = tm.ConsumePeer(1, (tm.ConsumeTopic("t", tuple(
+            tm.ConsumePartition(i % 8, 0, 4096) for i in range(10_000))),))
+        assert len(tank_codec.encode_request_frame(peer)) > OFF_LOOP_BYTES
+        reply = await c.call(peer)
+        assert isinstance(reply, tm.ConsumePeerResponse)
+        assert len(reply.topics[0].partitions) == 10_000  # type: ignore[union-attr]
+        assert threads.pop("decode").startswith("bayou-parse")
+
+        uneven = encode_bundle([TankMessage(0, 1_700_000_000_000 + i, None, b"v" * (i % 50))
+                                for i in range(5_000)], compress=False)
+        uniform = encode_bundle([TankMessage(0, 1_700_000_000_000, None, b"v" * 40)
+                                 for _ in range(5_000)], compress=False)
+        assert len(uneven) > OFF_LOOP_BYTES and len(uniform) > OFF_LOOP_BYTES
+        for name, data, checked in (("uneven", uneven, "bayou-parse"), ("uniform", uniform, None)):
+            produced = await c.call(tm.Produce(2, (tm.ProduceTopic("t", (tm.ProduceEntry(0, data),)),),
+                                               required_acks=1))
+            assert isinstance(produced, tm.ProduceResponse) and produced.topics[0].errors == (0,), name
+            assert threads.pop("decode") == "MainThread"  # a produce: at most 255 x 255 entries
+            seen = threads.pop("check", None)
+            assert (seen or "").startswith(checked) if checked else seen is None, (name, seen)
+        assert broker_records(server.broker) == 10_000
+        await c.close()
+    finally:
+        await server.stop()
+
+
+def broker_records(b: Broker) -> int:
+    return b.partition("t", 0).log.next_offset

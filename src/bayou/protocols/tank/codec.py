@@ -52,6 +52,7 @@ from bayou.protocols.tank.wire import (
 UNKNOWN_TOPIC_MARK = 0xFFFF
 UNKNOWN_PARTITION_ID = 0xFFFF  # never a partition's id; refused in a consume
 STANDALONE_TOPOLOGY = 0xFFFF
+MAX_DISCOVERED = 0xFFFF  # partition ids one DiscoverPartitions may list (its reply's count is a u16)
 
 RequestDecoder = Callable[[bytes], m.Request]
 
@@ -155,6 +156,8 @@ def _discover_partitions(payload: bytes) -> m.Request:
     topic = r.str8()
     if r.remaining % 2:
         raise TankError("odd number of bytes in the partition id list")
+    if r.remaining // 2 > MAX_DISCOVERED:  # the reply's count is a u16: it could not answer them
+        raise TankError(f"{r.remaining // 2} partition ids listed: a reply counts at most {MAX_DISCOVERED}")
     ids = tuple(r.u16() for _ in range(r.remaining // 2))
     r.done()
     return m.DiscoverPartitions(request_id, topic, ids)
