@@ -194,8 +194,7 @@ class ConsumerGroups:
                             partitions: Iterable[int]) -> None:
         """A member's commit is valid: group, expiry, generation, membership, ownership."""
         def check() -> None:
-            for p in partitions:
-                self.ctx.groups.check_commit(group, topic, member, generation, p)
+            self.ctx.groups.check_commit(group, topic, member, generation, partitions)
 
         if self._shared_group(group):
             await self._in_store(group, check)

@@ -66,8 +66,8 @@ def test_checks_in_order() -> None:
         c.heartbeat("g", "t", "ghost", 2)
     c.join("g", "t", "c2")
     with pytest.raises(PartitionNotAssigned):
-        c.check_commit("g", "t", "c2", 3, 0)
-    c.check_commit("g", "t", "c2", 3, 1)
+        c.check_commit("g", "t", "c2", 3, (0,))
+    c.check_commit("g", "t", "c2", 3, (1,))
 
 
 def test_lazy_expiry_bumps_once() -> None:

@@ -231,10 +231,14 @@ class GroupCoordinator:
         g.generation += 1
         self._rebalance(g)
 
-    def check_commit(self, group: str, topic: str, member: str, generation: int, partition: int) -> None:
-        """Validate a member's commit: group, expiry, generation, membership, ownership."""
+    def check_commit(self, group: str, topic: str, member: str, generation: int,
+                     partitions: Iterable[int]) -> None:
+        """Validate a member's commit of ``partitions``: group, expiry, generation, membership,
+        ownership of each (checked once, then against a set: per partition, a commit of n
+        partitions cost n times the group's checks and a scan of the member's list)."""
         g, _mem = self._checked(group, topic, member, generation)
-        if partition not in g.assignments.get(member, ()):
+        owned = set(g.assignments.get(member, ()))
+        if not owned.issuperset(partitions):
             raise PartitionNotAssigned()
 
     def store_offset(self, group: str, topic: str, partition: int, offset: int) -> None:

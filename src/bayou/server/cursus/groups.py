@@ -34,7 +34,7 @@ class GroupHandlers:
             yield
         except BayouError as exc:
             if isinstance(exc, PartitionNotAssigned) and partition is None:
-                owned = self.broker.group_assignment(group, member)
+                owned = set(self.broker.group_assignment(group, member))
                 partition = next((p for p in batch if p not in owned), None)
             scope = Scope(group, member, generation, self.broker.group_generation(group), partition)
             raise ErrorReply(error_reply(exc, scope)) from None

@@ -17,6 +17,16 @@ from bayou.records.cursus import FORMAT_CURSUS, decode_message, encode_plain_mes
 from bayou.records.hashing import fnv1a_32
 from bayou.server.base import Connection
 from bayou.server.cursus.context import ConnState, Context, err, refuse
+from bayou.server.workers import parsed
+
+
+def _producers(body: bytes | bytearray, starts: list[int]) -> list[tuple[bytes, int, int]]:
+    """(producer id, epoch, sequence) of each message ``starts`` points at."""
+    out = []
+    for s in starts[:-1]:
+        m, _ = decode_message(body, s)
+        out.append((m.producer_id, m.epoch, m.seq_num))
+    return out
 
 
 class ProduceHandlers:
@@ -40,10 +50,8 @@ class ProduceHandlers:
         On an idempotent topic only the messages the producer rules keep are stored (the broker's
         idempotence, broker/idempotence.py)."""
         if self.broker.topic_flag(topic, "idempotent"):
-            producers = []
-            for s in starts[:-1]:
-                m, _ = decode_message(body, s)
-                producers.append((m.producer_id, m.epoch, m.seq_num))
+            # a message decoded each: up to 100,000 (0.45 s), off the loop past OFF_LOOP_BYTES
+            producers = await parsed(len(body), _producers, body, starts)
 
             def build(keep: list[bool]) -> tuple[bytes, Callable[[bytearray, int], None]]:
                 if all(keep):

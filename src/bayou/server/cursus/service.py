@@ -42,7 +42,7 @@ from bayou.server.cursus.produce import ProduceHandlers
 from bayou.server.cursus.topics import TopicHandlers
 from bayou.server.frames import serve_frames
 from bayou.server.metering import UNKNOWN, RequestMeter
-from bayou.server.workers import inflate_pool, run_in
+from bayou.server.workers import OFF_LOOP_BYTES, inflate_pool, parse_pool, parsed, run_in
 
 log = logging.getLogger("bayou.cursus")
 
@@ -100,7 +100,10 @@ class CursusService:
         try:
             if body.startswith(COMPRESSED_MAGICS):  # inflating is CPU work: off the loop (gzip bombs)
                 body = await run_in(inflate_pool(), maybe_decompress, body)
-            item = classify(body)
+            if len(body) > OFF_LOOP_BYTES and not cb.is_batch(body):  # a long text command (BATCH_COMMIT
+                item = await run_in(parse_pool(), classify, body)  # of a million entries): off the loop
+            else:
+                item = classify(body)
             command = "BATCH" if isinstance(item, cb.BatchHead) else item.name if item.name in rq.DECODERS \
                 else UNKNOWN
             reply = await self._dispatch(body, item, state, conn)
@@ -119,7 +122,7 @@ class CursusService:
                 return rq.unknown(item)
             if item.name in GROUP_COMMANDS:
                 self._check_coordinator(item)
-            request = rq.decode(item)
+            request = await parsed(len(body), rq.decode, item)
             return await self.table[type(request)](request, state, conn)
         except ErrorReply as r:
             return r.reply
