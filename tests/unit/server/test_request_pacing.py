@@ -23,9 +23,16 @@ import bayou.broker.pace as pace_module
 import bayou.protocols.cursus.requests as cursus_requests
 import bayou.server.cursus.produce as cursus_produce
 import bayou.server.cursus.service as cursus_service
+import bayou.server.iggy.produce as iggy_produce
+import bayou.server.iggy.service as iggy_service
 import bayou.server.kafka as kafka_server
 from bayou.broker import YIELD_EVERY, Broker, BrokerConfig
 from bayou.broker.groups.coordinator import CURSUS_POLICY, GroupCoordinator
+from bayou.protocols.iggy import codec as iggy_codec
+from bayou.protocols.iggy import messages as im
+from bayou.protocols.iggy.codec import encode_request_frame
+from bayou.protocols.iggy.codes import Command, Status
+from bayou.protocols.iggy.framing import Dialect, LegacyFrameReader
 from bayou.protocols.kafka import codec
 from bayou.protocols.kafka.build import build
 from bayou.protocols.kafka.codes import ApiKey
@@ -37,6 +44,7 @@ from bayou.protocols.tank.codes import TankError
 from bayou.server import tank_store
 from bayou.server.cursus import Advertised as CursusAdvertised
 from bayou.server.cursus import ConnState, CursusService
+from bayou.server.iggy import IggyService
 from bayou.server.kafka import KafkaService
 from bayou.server.kafka_context import Advertised, Session
 from bayou.server.tank import TankConnection, TankService
@@ -382,3 +390,85 @@ async def test_a_large_cursus_batch_on_an_idempotent_topic_is_read_off_the_loop(
         assert isinstance(reply, bytes) and b'"status":"OK"' in reply, reply
         assert threads.pop("producers").startswith(where)
     assert broker.partition("idem", 0).log.next_offset == 5_002  # the batch sent again: nothing
+
+
+# -- Iggy ----------------------------------------------------------------------------------------
+
+
+async def _iggy(broker: Broker) -> tuple[IggyService, Any, Callable[[Any], Any]]:
+    svc = IggyService(broker, port=0)
+    svc.serve_authorizer()  # as server/app.py does
+    await svc.start()
+    session = svc.open_session(SimpleNamespace(peer="127.0.0.1:40000", writer=None, busy=0))  # type: ignore[arg-type]
+
+    async def ask(req: Any) -> tuple[int, bytes]:
+        (frame,) = LegacyFrameReader().feed(encode_request_frame(req, Dialect.LEGACY))
+        reply = await svc.handle_legacy(session, frame)
+        return int.from_bytes(reply[:4], "little"), reply[8:]
+
+    status, _ = await ask(im.LoginUser("iggy", "iggy"))
+    assert status == 0
+    return svc, session, ask
+
+
+def _grants(streams: int, topics: int) -> im.Permissions:
+    return im.Permissions(streams=tuple(im.StreamPermissions(s, read_stream=True, topics=tuple(
+        im.TopicPermissions(t, poll_messages=True) for t in range(topics))) for s in range(streams)))
+
+
+async def test_an_iggy_grant_is_bounded_and_a_large_one_handled_off_the_loop(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's permissions may name at most MAX_GRANTS streams and topics (a 9 MB grant of a
+    million took 5 s to read and 4 s to write back in every GET_USER, on the event loop): more is
+    INVALID_FORMAT, the user's grants stay as they were, the connection goes on. A grant past
+    OFF_LOOP_BYTES is read, and a GET_USER answer of WIDE_REPLY entries written, in the parse
+    pool; each later request of the user finds its grant by a search, not a scan."""
+    svc, session, ask = await _iggy(broker)
+    threads: dict[str, str] = {}
+    for name, attr in (("decode", "decode_frame"), ("encode", "encode_reply")):
+        monkeypatch.setattr(iggy_service, attr, thread_spy(threads, name, getattr(iggy_service, attr)))
+    status, _ = await ask(im.CreateUser("wide", "secret-pw", permissions=_grants(2, 2)))
+    assert status == 0 and threads == {"decode": "MainThread", "encode": "MainThread"}
+
+    big = _grants(2_000, 3)  # 8,000 grants, about 78 KB
+    request = im.UpdatePermissions(im.Identifier("wide"), big)
+    assert len(encode_request_frame(request, Dialect.LEGACY)) > OFF_LOOP_BYTES
+    assert (await ask(request))[0] == 0
+    assert threads["decode"].startswith("bayou-parse")
+    status, payload = await ask(im.GetUser(im.Identifier("wide")))
+    assert status == 0 and threads["encode"].startswith("bayou-parse")
+    user = iggy_codec.decode_reply(Command.GET_USER, payload, Dialect.LEGACY)
+    assert isinstance(user, im.UserDetails) and user.permissions == big
+    assert big.stream(1_999) is big.streams[-1] and big.stream(2_000) is None
+    assert big.streams[5].topic(2) is big.streams[5].topics[2] and big.streams[5].topic(3) is None
+
+    too_many = _grants(1, iggy_codec.MAX_GRANTS)  # one stream and 10,000 topics: 10,001
+    assert (await ask(im.UpdatePermissions(im.Identifier("wide"), too_many)))[0] == Status.INVALID_FORMAT
+    assert (await ask(im.CreateUser("wider", "secret-pw", permissions=too_many)))[0] == Status.INVALID_FORMAT
+    status, payload = await ask(im.GetUser(im.Identifier("wide")))
+    assert status == 0
+    assert iggy_codec.decode_reply(Command.GET_USER, payload, Dialect.LEGACY).permissions == big  # type: ignore[union-attr]
+    most = _grants(1, iggy_codec.MAX_GRANTS - 1)
+    assert (await ask(im.UpdatePermissions(im.Identifier("wide"), most)))[0] == 0
+    await svc.close_session(session)
+
+
+async def test_a_large_iggy_send_by_messages_key_is_built_off_the_loop(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A messages-key send keeps its key, so its messages become records one by one (about 8 us
+    each: 200,000 in a 16 MB send held the loop 1.6 s): past OFF_LOOP_BYTES' worth, in the parse
+    pool. Every message is stored, in order, with the key."""
+    svc, session, ask = await _iggy(broker)
+    for req in (im.CreateStream("s"), im.CreateTopic(im.Identifier("s"), "k", 1)):
+        assert (await ask(req))[0] == 0
+    threads: dict[str, str] = {}
+    monkeypatch.setattr(iggy_produce, "_keyed_batch", thread_spy(threads, "build", iggy_produce._keyed_batch))
+    for count, where in ((10, "MainThread"), (5_000, "bayou-parse")):
+        send = im.SendMessages(im.Identifier("s"), im.Identifier("k"), im.Partitioning.messages_key(b"key"),
+                               tuple(im.Message(b"m%d" % i) for i in range(count)))
+        assert (await ask(send))[0] == 0
+        assert threads.pop("build").startswith(where)
+    (topic,) = [t for t in broker.list_topics() if not t.startswith("__") and t != "t"]
+    log = broker.partition(topic, 0).log
+    assert log.next_offset == 5_010
+    await svc.close_session(session)

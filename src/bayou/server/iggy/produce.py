@@ -38,10 +38,22 @@ from bayou.records.model import Record
 from bayou.server.iggy.catalog import StreamEntry, TopicEntry
 from bayou.server.iggy.context import Context, Session
 from bayou.server.iggy.state import now_us
-from bayou.server.workers import inflate_pool, run_in
+from bayou.server.workers import inflate_pool, parsed, run_in
 
 MAX_ORIGIN_BASE = (1 << 63) - 1  # a send's origin timestamp (us) is kept in an int64 batch field
 
+
+
+KEYED_MESSAGE_BYTES = 64  # what one message of a messages-key send weighs for ``parsed``
+
+
+def _keyed_records(req: m.SendMessages, ms: int) -> list[Record]:
+    """A messages-key send's messages as records: it keeps its key, so it is stored as records."""
+    return [Record(r.value, r.key, ms, r.headers, r.message_id or mint_uuid4()) for r in send_to_records(req)]
+
+
+def _keyed_batch(req: m.SendMessages, ms: int) -> bytes:
+    return encode_batch(_keyed_records(req, ms))
 
 class ProduceHandlers:
     def __init__(self, ctx: Context) -> None:
@@ -108,17 +120,20 @@ class ProduceHandlers:
         """A messages-key send keeps its key, so it is stored as records (key included)."""
         self.ctx.permit(s, "send", stream.id, topic.id)
         ms = now_us() // 1000
-        records = [Record(r.value, r.key, ms, r.headers, r.message_id or mint_uuid4())
-                   for r in send_to_records(req)]
-        if self.broker.deduplicating(topic.topic):
-            def build(keep: list[bool]) -> bytes:
-                return encode_batch([r for r, k in zip(records, keep, strict=True) if k])
-            ids = [r.message_id or 0 for r in records]
-            result = await self.broker.produce_unique(topic.topic, partition, ids, build, Acks.LEADER,
-                                                      forward=True)
-        else:
-            result = await self.broker.produce(topic.topic, partition, encode_batch(records), Acks.LEADER,
-                                               create=False, forward=True)
+        # records built one by one (about 8 us a message): past OFF_LOOP_BYTES' worth, off the loop
+        size = KEYED_MESSAGE_BYTES * len(req.messages)
+        if not self.broker.deduplicating(topic.topic):
+            batch = await parsed(size, _keyed_batch, req, ms)
+            result = await self.broker.produce(topic.topic, partition, batch, Acks.LEADER, create=False,
+                                               forward=True)
+            return result.base_offset
+        records = await parsed(size, _keyed_records, req, ms)
+
+        def build(keep: list[bool]) -> bytes:
+            return encode_batch([r for r, k in zip(records, keep, strict=True) if k])
+        ids = [r.message_id or 0 for r in records]
+        result = await self.broker.produce_unique(topic.topic, partition, ids, build, Acks.LEADER,
+                                                  forward=True)
         return result.base_offset
 
     async def send_vsr(self, s: Session, body: bytes) -> bytes:
@@ -127,7 +142,7 @@ class ProduceHandlers:
         stream, topic = await self.ctx.resolve(stream_id, topic_id)
         partition = self._route(s, topic, partitioning)
         if partitioning.kind == m.PartitioningKind.MESSAGES_KEY:
-            req = decode_vsr_send(body)
+            req = await parsed(len(body), decode_vsr_send, body)
             base = await self._append_keyed(s, stream, topic, partition, req)
         else:
             frames, origin, stride = vsr_send_frames(body, pos, count)
@@ -148,7 +163,7 @@ class ProduceHandlers:
         if partitioning.kind != m.PartitioningKind.MESSAGES_KEY:
             fast = legacy_send_frames(payload, pos, count, now_us=now_us())
         if fast is None:
-            await self.send_decoded(s, decode_legacy_send(payload))
+            await self.send_decoded(s, await parsed(len(payload), decode_legacy_send, payload))
             return b""
         frames, origin, stride = fast
         stream, topic = await self.ctx.resolve(stream_id, topic_id)

@@ -72,6 +72,7 @@ from bayou.server.iggy.streams import StreamHandlers
 from bayou.server.iggy.system import SystemHandlers
 from bayou.server.iggy.users import UserStoreError, check_root_credentials
 from bayou.server.metering import UNKNOWN, RequestMeter
+from bayou.server.workers import parse_pool, parsed, run_in
 
 log = logging.getLogger("bayou.iggy")
 
@@ -91,6 +92,25 @@ MAYBE_ELSEWHERE = frozenset({
     Status.TOPIC_NAME_NOT_FOUND, Status.CONSUMER_GROUP_ID_NOT_FOUND, Status.CONSUMER_GROUP_NAME_NOT_FOUND,
     Status.INVALID_CREDENTIALS, Status.RESOURCE_NOT_FOUND,
 })
+WIDE_REPLY = 256  # entries of a reply (streams, topics, partitions, a user's grants) encoded off the loop
+
+
+def _entries(reply: m.Reply) -> int:
+    """How many entries a reply lists: as many as the broker's lists, or a user's grants."""
+    if isinstance(reply, tuple):
+        return len(reply)
+    if isinstance(reply, m.UserDetails):
+        p = reply.permissions
+        return 0 if p is None else len(p.streams) + sum(len(x.topics) for x in p.streams)
+    if isinstance(reply, m.StreamDetails):
+        return len(reply.topics)
+    if isinstance(reply, m.TopicDetails):
+        return len(reply.partitions)
+    if isinstance(reply, m.ConsumerGroupDetails):
+        return len(reply.members)
+    return 0
+
+
 IDLE_MEMBER_TIMEOUT_S = 36.0  # the current server: 1.2 x 30 s without a request, members only (E.5)
 
 T = TypeVar("T")
@@ -268,9 +288,9 @@ class IggyService:
             if frame.code == Command.SEND_MESSAGES and dialect is Dialect.LEGACY:
                 self.auth.require_login(s, Command.SEND_MESSAGES)
                 return encode_legacy_reply(await self.produce.send_legacy(s, frame.payload))
-            req = decode_frame(dialect, frame)
+            req = await parsed(len(frame.payload), decode_frame, dialect, frame)
             reply = await self._dispatch(s, req)
-            return encode_legacy_reply(self._encode(reply, dialect))
+            return encode_legacy_reply(await self._encode(reply, dialect))
         except IggyError as exc:
             return self._legacy_error(exc)
         except BayouError as exc:
@@ -294,9 +314,9 @@ class IggyService:
                 check_vsr_header(header)
                 self.auth.require_login(s, Command.SEND_MESSAGES)
                 return encode_vsr_ok(header, await self.produce.send_vsr(s, frame.body))
-            req = decode_frame(Dialect.VSR, frame)
+            req = await parsed(len(frame.body), decode_frame, Dialect.VSR, frame)
             reply = await self._dispatch(s, req, header)
-            return encode_vsr_ok(header, self._encode(reply, Dialect.VSR))
+            return encode_vsr_ok(header, await self._encode(reply, Dialect.VSR))
         except IggyError as exc:
             if exc.eviction is not None:
                 s.close_after_reply = True
@@ -309,11 +329,13 @@ class IggyService:
             return encode_vsr_error(header, status_for(exc))
 
     @staticmethod
-    def _encode(reply: bytes | m.Reply | None, dialect: Dialect) -> bytes:
+    async def _encode(reply: bytes | m.Reply | None, dialect: Dialect) -> bytes:
         if reply is None:
             return b""
         if isinstance(reply, bytes):
             return reply
+        if _entries(reply) >= WIDE_REPLY:
+            return await run_in(parse_pool(), encode_reply, reply, dialect)
         return encode_reply(reply, dialect)
 
     async def _dispatch(self, s: Session, req: Any, header: RequestHeader | None = None
