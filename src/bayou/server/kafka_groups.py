@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from bayou.broker import Pace
+from bayou.broker import YIELD_EVERY, Pace
 from bayou.broker.groups.coordinator import RTES_POLICY
 from bayou.errors import BayouError, GroupNotFound, OffsetOutOfRange, OffsetRegression
 from bayou.protocols.kafka.codes import ApiKey
@@ -113,12 +113,18 @@ async def leave_group(svc: KafkaService, req: Request, body: Any) -> Fields:
     elsewhere = not_coordinator(svc.broker, req, body.group_id)
     if elsewhere is not None:
         return {"error_code": elsewhere, "members": []}
-    results = svc.broker.classic_groups.leave(body.group_id, ids)
-    out: Fields = {"members": [{"member_id": mid, "group_instance_id": None,
-                                "error_code": ErrorCode.none if err is None else code_of(err)}
-                               for mid, err in zip(ids, results, strict=True)]}
-    if members is None and results[0] is not None:
-        out["error_code"] = code_of(results[0])
+    entries: list[Fields] = []
+    pace = Pace()
+    for i in range(0, len(ids), YIELD_EVERY):  # a request may list a million ids: in slices
+        await pace(YIELD_EVERY)
+        chunk = ids[i:i + YIELD_EVERY]
+        entries += [{"member_id": mid, "group_instance_id": None,
+                     "error_code": ErrorCode.none if err is None else code_of(err)}
+                    for mid, err in zip(chunk, svc.broker.classic_groups.leave(body.group_id, chunk),
+                                        strict=True)]
+    out: Fields = {"members": entries}
+    if members is None and entries[0]["error_code"] != ErrorCode.none:
+        out["error_code"] = entries[0]["error_code"]
     return out
 
 

@@ -107,6 +107,8 @@ REQUESTS: dict[str, Callable[[], tuple[ApiKey, int, bytes]]] = {
             {"partition": i % 8, "current_leader_epoch": -1, "leader_epoch": 0} for i in range(N)]}])),
     "DescribeGroups": lambda: (ApiKey.DESCRIBE_GROUPS, 4, frame(
         ApiKey.DESCRIBE_GROUPS, 4, groups=[f"g{i}" for i in range(N)])),
+    "LeaveGroup": lambda: (ApiKey.LEAVE_GROUP, 4, frame(
+        ApiKey.LEAVE_GROUP, 4, group_id="g", members=[{"member_id": f"m{i}"} for i in range(N)])),
     "DeleteGroups": lambda: (ApiKey.DELETE_GROUPS, 2, frame(
         ApiKey.DELETE_GROUPS, 2, groups_names=[f"g{i}" for i in range(N)])),
     "DeleteTopics": lambda: (ApiKey.DELETE_TOPICS, 4, frame(
