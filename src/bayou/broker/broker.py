@@ -407,8 +407,10 @@ class Broker:
         return self.consumers.offsets_mark()
 
     async def commit_offsets(self, group: str, topic: str, entries: dict[int, int], *,
-                             member: str | None = None, generation: int | None = None) -> None:
-        await self.consumers.commit_offsets(group, topic, entries, member=member, generation=generation)
+                             member: str | None = None, generation: int | None = None,
+                             save: bool = True) -> None:
+        await self.consumers.commit_offsets(group, topic, entries, member=member, generation=generation,
+                                            save=save)
 
     def adopt_offsets(self, offsets: dict[tuple[str, str, int], int], *, since: int) -> bool:
         return self.consumers.adopt_offsets(offsets, since=since)

@@ -4,7 +4,10 @@ A request may list many items (partitions, topics, groups, members) and the work
 small and often never suspends: a read from the page cache, a lookup, an entry of the answer.
 One request listing 100,000 of them held the event loop, and so every other connection, for a
 second or more (a 1.6 MB Kafka ListOffsets 1.1 s, a 0.8 MB DescribeGroups 1.5 s), and a frame may
-be 100 MiB. Every such loop counts its items on a ``Pace``, which yields after ``YIELD_EVERY``.
+be 100 MiB. Every such loop counts its items on a ``Pace``, which yields after ``YIELD_EVERY``;
+the loops of the requests every consumer and producer sends (a fetch, a wait, a consume, a
+produce) count inline with the same constant instead, since awaiting a ``Pace`` per item costs a
+coroutine each (3-5 % of a one-partition request).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bayou.broker import Broker, Pace, ordering
+from bayou.broker import YIELD_EVERY, Broker, Pace, ordering
 from bayou.broker.authz import Action
 from bayou.errors import BayouError, CorruptRecord, NotLeader, OffsetOutOfRange, StorageError, Unauthorized
 from bayou.protocols.tank import codec
@@ -179,8 +179,9 @@ class TankService:
     async def _produce(self, c: TankConnection, req: m.Produce) -> None:
         results: list[m.ProduceTopicResult] = []
         pace = Pace()
+        count = sum(len(t.entries) for t in req.topics)  # up to 255 x 255: then yield as they go
         # a pipelining connection serves the next request once every entry has appended
-        ordering.expect(sum(len(t.entries) for t in req.topics))
+        ordering.expect(count)
 
         async def entry(topic: str, e: m.ProduceEntry,
                         checked: BundleHeader | CorruptRecord | None = None) -> int | m.Endpoint:
@@ -206,10 +207,13 @@ class TankService:
             # entry, the entries are awaited in turn, each done at its append: a task per entry
             # (tank-cli's bm p2b sends 86) cost more than the append itself.
             if len(topic.entries) == 1 or not self.broker.produce_may_wait(topic.name):
-                outcomes = []
-                for e in topic.entries:  # up to 255 a topic, 255 topics: yield as they go
-                    await pace()
-                    outcomes.append(await entry(topic.name, e))
+                if count <= YIELD_EVERY:
+                    outcomes = [await entry(topic.name, e) for e in topic.entries]
+                else:
+                    outcomes = []
+                    for e in topic.entries:
+                        await pace()
+                        outcomes.append(await entry(topic.name, e))
             else:
                 # the bundles are checked first, in turn: a check may wait (a pool inflates or
                 # walks a large one), and no append may start before those ahead of it
@@ -270,7 +274,7 @@ class TankService:
         standalone, the high water mark is the log end, so it reads the same data)."""
         answers: Answers = []
         immediate = req.max_wait == 0
-        pace = Pace()
+        seen = 0
         for t in req.topics:
             # a topic the connection may not read is answered as unknown: TANK's consume has no
             # "not allowed" code (tank-cli reports "Unknown topic" and exits 1)
@@ -283,7 +287,9 @@ class TankService:
             answers.append((t, entries))
             try:
                 for p in t.partitions:
-                    await pace()
+                    seen += 1
+                    if seen % YIELD_EVERY == 0:  # a counter, not a Pace: every consumer's request
+                        await asyncio.sleep(0)
                     entries.append(await self._resolve(t.name, p))
             except BaseException:  # chunks resolved so far hold segment leases: give them back
                 for _t, done in answers:

@@ -115,6 +115,10 @@ async def test_silent_members_expire_and_leaving_rebalances() -> None:
     assert groups.leave("g", [c.member_id, "nobody"])[0] is None
     assert isinstance(groups.leave("g", ["nobody"])[0], UnknownMember)
     assert groups.describe("g").state == "Empty"
+    d = await join(groups)  # listed twice in one LeaveGroup: it leaves once (this raised KeyError)
+    first, again = groups.leave("g", [d.member_id, d.member_id])
+    assert first is None and isinstance(again, UnknownMember)
+    assert not groups.has_members("g")
 
 
 async def test_commits_check_member_generation_and_state() -> None:

@@ -26,8 +26,9 @@ import bayou.server.cursus.service as cursus_service
 import bayou.server.iggy.produce as iggy_produce
 import bayou.server.iggy.service as iggy_service
 import bayou.server.kafka as kafka_server
-from bayou.broker import YIELD_EVERY, Broker, BrokerConfig
+from bayou.broker import YIELD_EVERY, Broker, BrokerConfig, authz
 from bayou.broker.groups.coordinator import CURSUS_POLICY, GroupCoordinator
+from bayou.errors import OffsetRegression
 from bayou.protocols.iggy import codec as iggy_codec
 from bayou.protocols.iggy import messages as im
 from bayou.protocols.iggy.codec import encode_request_frame
@@ -41,12 +42,14 @@ from bayou.protocols.tank import codec as tank_codec
 from bayou.protocols.tank import messages as tm
 from bayou.protocols.tank.bundles import TankMessage, encode_bundle
 from bayou.protocols.tank.codes import TankError
+from bayou.records.batch import Record, encode_batch
 from bayou.server import tank_store
 from bayou.server.cursus import Advertised as CursusAdvertised
 from bayou.server.cursus import ConnState, CursusService
 from bayou.server.iggy import IggyService
+from bayou.server.iggy.users import TooManyGrants
 from bayou.server.kafka import KafkaService
-from bayou.server.kafka_context import Advertised, Session
+from bayou.server.kafka_context import Advertised, Session, code_of
 from bayou.server.tank import TankConnection, TankService
 from bayou.server.workers import OFF_LOOP_BYTES
 from bayou.storage import FsyncPolicy, LogConfig, fsutil
@@ -129,6 +132,7 @@ def on_the_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every request read and answered on the event loop: only the handlers' own yields count."""
     monkeypatch.setattr(kafka_server, "LARGE_REQUEST", 1 << 40)
     monkeypatch.setattr(kafka_server, "WIDE_ANSWER", 1 << 40)
+    monkeypatch.setattr(kafka_server, "WIDE_FAST_ANSWER", 1 << 40)
     yield
 
 
@@ -173,6 +177,16 @@ async def test_a_large_request_is_read_and_a_wide_answer_written_off_the_loop(
     assert threads["decode"] == "MainThread" and threads["encode"].startswith("bayou-parse")
     wide = {t.name: len(t.partitions) for t in decoded(ApiKey.METADATA, 8, reply).topics}
     assert wide == {"t": 8, "wide": kafka_server.WIDE_ANSWER}
+    # a produce of the usual shape is read on the loop however large its records (about 20 us,
+    # the records are not parsed): the pool's two threads are not every producer's queue
+    threads.clear()
+    batch = encode_batch([Record(value=b"v" * 1000, timestamp=0) for _ in range(100)])
+    produce = frame(ApiKey.PRODUCE, 7, acks=1, timeout=30000,
+                    topic_data=[{"name": "t", "partition_data": [{"index": 0, "records": batch}]}])
+    assert len(produce) > kafka_server.LARGE_REQUEST
+    answer = decoded(ApiKey.PRODUCE, 7, await svc.answer(produce, session, WHERE))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    assert "decode" not in threads and threads["encode"] == "MainThread"
 
 
 async def test_an_offset_commit_of_many_partitions_saves_the_offsets_once(
@@ -205,19 +219,25 @@ async def test_an_offset_commit_of_many_partitions_saves_the_offsets_once(
 
     writes.clear()
     many = {p: 1000 + p for p in range(2_000)}
-    answer = decoded(ApiKey.OFFSET_COMMIT, 7, await svc.answer(
-        commit("g", {"t": many, "missing": {0: 1}}), session, WHERE))
+    for name in ("e1", "e2", "e3"):
+        await broker.create_topic(name, 1)
+    answer = decoded(ApiKey.OFFSET_COMMIT, 7, await svc.answer(commit("g", {
+        "t": many, "missing": {0: 1, 1: -1}, "e1": {0: 3}, "e2": {0: 4}, "e3": {0: -2}}), session, WHERE))
     codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
     assert codes == {**{("t", p): ErrorCode.none for p in many},
-                     ("missing", 0): ErrorCode.unknown_topic_or_partition}
-    assert len([w for w in writes if w.name == "offsets.json"]) == 1
+                     ("missing", 0): ErrorCode.unknown_topic_or_partition,
+                     ("missing", 1): ErrorCode.unknown_topic_or_partition,  # the topic first, as before
+                     ("e1", 0): ErrorCode.none, ("e2", 0): ErrorCode.none,
+                     ("e3", 0): ErrorCode.offset_out_of_range}
+    assert len([w for w in writes if w.name == "offsets.json"]) == 1  # one save for every topic
     assert all(broker.committed_offset("g", "t", p) == o for p, o in many.items())
+    assert (broker.committed_offset("g", "e1", 0), broker.committed_offset("g", "e3", 0)) == (3, None)
 
     answer = decoded(ApiKey.OFFSET_COMMIT, 7, await svc.answer(
         commit("cg", {"d": {0: 5, 1: 7, 2: -3, 3: 11}}), session, WHERE))
     codes = {p.partition_index: p.error_code for p in answer.topics[0].partitions}
-    assert codes[1] == codes[3] == ErrorCode.none
-    assert codes[0] != ErrorCode.none and codes[2] != ErrorCode.none
+    assert codes == {0: code_of(OffsetRegression("")), 1: ErrorCode.none,
+                     2: ErrorCode.offset_out_of_range, 3: ErrorCode.none}
     assert [broker.committed_offset("cg", "d", p) for p in range(4)] == [10, 7, None, 11]
 
 
@@ -441,8 +461,6 @@ async def test_an_iggy_grant_is_bounded_and_a_large_one_handled_off_the_loop(
     assert status == 0 and threads["encode"].startswith("bayou-parse")
     user = iggy_codec.decode_reply(Command.GET_USER, payload, Dialect.LEGACY)
     assert isinstance(user, im.UserDetails) and user.permissions == big
-    assert big.stream(1_999) is big.streams[-1] and big.stream(2_000) is None
-    assert big.streams[5].topic(2) is big.streams[5].topics[2] and big.streams[5].topic(3) is None
 
     too_many = _grants(1, iggy_codec.MAX_GRANTS)  # one stream and 10,000 topics: 10,001
     assert (await ask(im.UpdatePermissions(im.Identifier("wide"), too_many)))[0] == Status.INVALID_FORMAT
@@ -452,6 +470,24 @@ async def test_an_iggy_grant_is_bounded_and_a_large_one_handled_off_the_loop(
     assert iggy_codec.decode_reply(Command.GET_USER, payload, Dialect.LEGACY).permissions == big  # type: ignore[union-attr]
     most = _grants(1, iggy_codec.MAX_GRANTS - 1)
     assert (await ask(im.UpdatePermissions(im.Identifier("wide"), most)))[0] == 0
+    # the bound is the stored users' too, whichever way they come (the HTTP API calls the store),
+    # while a client reads a server's answer whatever it holds
+    grants = authz.Permissions(streams=(authz.StreamPermissions(1, topics=tuple(
+        authz.TopicPermissions(t) for t in range(authz.MAX_GRANTS))),))
+    with pytest.raises(TooManyGrants):
+        svc.users.update_permissions("wide", grants)
+    with pytest.raises(TooManyGrants):
+        svc.users.create_user("widest", "secret-pw", permissions=grants)
+    user = iggy_codec.decode_reply(Command.GET_USER, iggy_codec.encode_reply(
+        im.UserDetails(user.user, too_many), Dialect.LEGACY), Dialect.LEGACY)  # type: ignore[union-attr]
+    assert isinstance(user, im.UserDetails) and user.permissions == too_many
+    # each request of a user finds its grant by a search in the grants, kept sorted by id
+    shuffled = authz.Permissions(streams=tuple(authz.StreamPermissions(i, topics=tuple(
+        authz.TopicPermissions(t) for t in (9, 3, 5))) for i in (40, 7, 19)))
+    assert [x.stream_id for x in shuffled.streams] == [7, 19, 40]
+    found = shuffled.stream(19)
+    assert found is not None and found.stream_id == 19 and shuffled.stream(20) is None
+    assert [t.topic_id for t in found.topics] == [3, 5, 9] and found.topic(4) is None
     await svc.close_session(session)
 
 

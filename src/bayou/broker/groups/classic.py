@@ -237,15 +237,15 @@ class ClassicGroups:
         """Remove members; per member None or the error (an unknown one)."""
         g = self.groups.get(group)
         out: list[BaseException | None] = []
-        gone: list[str] = []
+        gone: dict[str, None] = {}  # in order; an id listed twice is unknown the second time
         for mid in member_ids:
-            if g is None or mid not in g.members:
+            if g is None or mid not in g.members or mid in gone:
                 out.append(UnknownMember(f"{mid} is not a member of group {group}"))
             else:
-                gone.append(mid)
+                gone[mid] = None
                 out.append(None)
         if g is not None and gone:
-            self._remove(g, gone)
+            self._remove(g, list(gone))
         return out
 
     def check_commit(self, group: str, member_id: str, generation: int) -> None:

@@ -229,12 +229,13 @@ _GLOBAL_FLAGS = ("manage_servers", "read_servers", "manage_users", "read_users",
 _STREAM_FLAGS = ("manage_stream", "read_stream", "manage_topics", "read_topics", "poll_messages",
                  "send_messages")
 _TOPIC_FLAGS = ("manage_topic", "read_topic", "poll_messages", "send_messages")
-# Streams and topics one permission set may name, in all: bayou's bound (Iggy sets none). A
-# 9 MB grant of a million took 5 s to read and 4 s to write back in GET_USER, on the event loop.
+# Streams and topics one permission set in a request may name, in all: bayou's bound (Iggy sets
+# none; broker/authz.py MAX_GRANTS, the same number, holds it for the stored users whichever way
+# they came). A 9 MB grant of a million took 5 s to read and 4 s to write back in GET_USER.
 MAX_GRANTS = 10_000
 
 
-def read_permissions(r: Reader) -> m.Permissions:
+def read_permissions(r: Reader, limit: int | None = MAX_GRANTS) -> m.Permissions:
     """The permissions block (``permissions.rs``): ten global flags, then a u8 "streams follow";
     each stream is u32 id, six flags, u8 "topics follow", its topics (u32 id, four flags, u8 "another
     topic follows"), then u8 "another stream follows".
@@ -248,16 +249,16 @@ def read_permissions(r: Reader) -> m.Permissions:
         more_streams = r.flag()
         while more_streams:
             grants += 1
-            if grants > MAX_GRANTS:
-                raise IggyError(Status.INVALID_FORMAT, f"more than {MAX_GRANTS} stream and topic grants")
+            if limit is not None and grants > limit:
+                raise IggyError(Status.INVALID_FORMAT, f"more than {limit} stream and topic grants")
             stream_id = r.u32()
             f = [r.flag() for _ in _STREAM_FLAGS]
             topics: list[m.TopicPermissions] = []
             more_topics = r.flag()
             while more_topics:
                 grants += 1
-                if grants > MAX_GRANTS:
-                    raise IggyError(Status.INVALID_FORMAT, f"more than {MAX_GRANTS} stream and topic grants")
+                if limit is not None and grants > limit:
+                    raise IggyError(Status.INVALID_FORMAT, f"more than {limit} stream and topic grants")
                 topic_id = r.u32()
                 topics.append(m.TopicPermissions(topic_id, *(r.flag() for _ in _TOPIC_FLAGS)))
                 more_topics = r.flag()
@@ -1184,7 +1185,7 @@ def _dec_user_details(r: Reader, d: Dialect) -> m.UserDetails:
     n = r.u32()
     at = r.skip(n)
     inner = Reader(r.buf, at, at + n)
-    permissions = read_permissions(inner)
+    permissions = read_permissions(inner, limit=None)  # a server's answer: whatever it stores
     inner.done()
     return m.UserDetails(user, permissions)
 

@@ -12,7 +12,6 @@ sent (1-based, 0 = not specified -> None); mapping them onto bayou's partitions 
 
 from __future__ import annotations
 
-import bisect
 import enum
 import itertools
 import struct
@@ -333,7 +332,7 @@ class StreamPermissions:
         object.__setattr__(self, "topics", _sorted_unique(self.topics, lambda t: t.topic_id, "topic"))
 
     def topic(self, topic_id: int) -> TopicPermissions | None:
-        return _by_id(self.topics, topic_id, lambda t: t.topic_id)
+        return next((t for t in self.topics if t.topic_id == topic_id), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,19 +347,12 @@ class Permissions:
         object.__setattr__(self, "streams", _sorted_unique(self.streams, lambda x: x.stream_id, "stream"))
 
     def stream(self, stream_id: int) -> StreamPermissions | None:
-        return _by_id(self.streams, stream_id, lambda x: x.stream_id)
+        return next((x for x in self.streams if x.stream_id == stream_id), None)
 
     @staticmethod
     def root() -> Permissions:
         """What Iggy gives the root user (``Permissions::root``): every global flag, no streams."""
         return Permissions(GlobalPermissions.everything())
-
-
-def _by_id(items: tuple[_T, ...], wanted: int, key: Callable[[_T], int]) -> _T | None:
-    """The item of ``wanted`` id in ``items`` sorted by id (a search, not a scan: every request
-    of a user is checked against its grants)."""
-    i = bisect.bisect_left(items, wanted, key=key)
-    return items[i] if i < len(items) and key(items[i]) == wanted else None
 
 
 def _sorted_unique(items: tuple[_T, ...], key: Callable[[_T], int], what: str) -> tuple[_T, ...]:

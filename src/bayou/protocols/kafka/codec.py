@@ -98,6 +98,24 @@ def response_header_is_flexible(api_key: int, api_version: int) -> bool:
         schema.__header_schema__.__flexible__)
 
 
+def decode_direct(frame: bytes | bytearray | memoryview,
+                  supported: Mapping[ApiKey, VersionRange] = SUPPORTED) -> Request | None:
+    """The requests producers and consumers send most, read without kio when they have the
+    usual shape and at most ``fast.DIRECT_MAX_PARTITIONS`` partitions (fast.decode_produce,
+    fast.decode_fetch; ``kio_body`` turns their bodies into kio's): cheap enough for the event
+    loop whatever the frame's size. None for anything else (``decode_request`` reads it)."""
+    api_key, api_version, _ = read_fixed_header(frame)
+    direct = _DIRECT.get(api_key)
+    if direct is None or api_version not in supported.get(ApiKey(api_key), ()):
+        return None
+    reader, first_flexible = direct
+    header = decode_header(frame, flexible=api_version >= first_flexible)
+    read = reader(frame, api_version, header.size)
+    if read is None:
+        return None
+    return Request(header, cast(RequestPayload, read[0]), read[1])
+
+
 def decode_request(frame: bytes | bytearray | memoryview,
                    supported: Mapping[ApiKey, VersionRange] = SUPPORTED) -> Request:
     """Decode one request frame (the bytes after the size prefix).
@@ -106,17 +124,10 @@ def decode_request(frame: bytes | bytearray | memoryview,
     does not decode; an ApiVersions request at a version bayou does not serve is answered instead
     (``reply`` holds the UNSUPPORTED_VERSION response, Kafka's fallback) and the connection stays.
     """
+    request = decode_direct(frame, supported)
+    if request is not None:
+        return request
     api_key, api_version, correlation_id = read_fixed_header(frame)
-    direct = _DIRECT.get(api_key)
-    if direct is not None and api_version in supported.get(ApiKey(api_key), ()):
-        # the requests producers and consumers send most, read without kio when they have the
-        # usual shape (fast.decode_produce, fast.decode_fetch; ``kio_body`` turns their bodies
-        # into kio's)
-        reader, first_flexible = direct
-        header = decode_header(frame, flexible=api_version >= first_flexible)
-        read = reader(frame, api_version, header.size)
-        if read is not None:
-            return Request(header, cast(RequestPayload, read[0]), read[1])
     served = supported.get(ApiKey(api_key)) if api_key in _KEYS else None
     schema = None
     if served is not None and api_version in served:

@@ -256,6 +256,11 @@ def _uv(buf: Buffer, pos: int) -> tuple[int, int]:
         raise _Unusual from None
 
 
+# Partitions a request read directly may list: past it, the request goes to kio, which the
+# server runs off the event loop for a large frame (a direct read is made on the loop).
+DIRECT_MAX_PARTITIONS = 1_000
+
+
 def decode_produce(frame: Buffer, version: int, pos: int) -> tuple[ProduceRequest, int] | None:
     """The Produce body (v3-12) at ``pos`` and the bytes the frame holds after it, read directly:
     the request producers send most, for which kio's schema walk (``guard.check_body``) and its
@@ -286,6 +291,7 @@ def decode_produce(frame: Buffer, version: int, pos: int) -> tuple[ProduceReques
         pos += 6
         topics, pos = _array_count(frame, pos, flexible)
         topic_data = []
+        listed = 0
         for _ in range(topics):
             n, pos = _length(frame, pos, flexible)
             if n < 0 or pos + n > end:
@@ -293,6 +299,9 @@ def decode_produce(frame: Buffer, version: int, pos: int) -> tuple[ProduceReques
             name = str(frame[pos:pos + n], "utf-8")
             pos += n
             count, pos = _array_count(frame, pos, flexible)
+            listed += count
+            if listed > DIRECT_MAX_PARTITIONS:
+                return None
             parts = []
             for _ in range(count):
                 (index,) = _I32.unpack_from(frame, pos)
@@ -432,9 +441,13 @@ def decode_fetch(frame: Buffer, version: int, pos: int) -> tuple[FetchRequest, i
             pos += 8
         count, pos = _array_count(frame, pos, flexible)
         topics = []
+        listed = 0
         for _ in range(count):
             name, pos = _name(frame, pos, flexible)
             n, pos = _array_count(frame, pos, flexible)
+            listed += n
+            if listed > DIRECT_MAX_PARTITIONS:
+                return None
             parts = []
             for _ in range(n):
                 leader_epoch, last_epoch, log_start = -1, -1, -1

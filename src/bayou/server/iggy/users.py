@@ -98,6 +98,10 @@ class UserAlreadyExists(UserStoreError):
     iggy_status = 46
 
 
+class TooManyGrants(UserStoreError):
+    iggy_status = 4  # InvalidFormat, what the wire's reader answers past the same bound
+
+
 class CannotDeleteRoot(UserStoreError):
     iggy_status = 48  # CannotDeleteUser
 
@@ -401,6 +405,7 @@ class UserStore:
                     permissions: authz.Permissions | None = None) -> User:
         _check_username(username)
         _check_password(password)
+        _check_grants(permissions)
         if self._record(username) is not None:
             raise UserAlreadyExists(f"user {username!r} already exists")
         password_hash, credentials = self._hasher.hash(password), derive_all(password)
@@ -429,6 +434,7 @@ class UserStore:
 
     def update_permissions(self, ident: int | str, permissions: authz.Permissions | None) -> User:
         """A full replacement (None removes every permission). Root's cannot change."""
+        _check_grants(permissions)
         with self._lock:
             record = self._require(ident)
             if record.user.is_root:
@@ -546,6 +552,13 @@ def check_root_credentials(username: str, password: str) -> None:
 def _check_username(username: str) -> None:
     if not USERNAME_LENGTH[0] <= len(username.encode()) <= USERNAME_LENGTH[1]:
         raise InvalidUsername("usernames are 3..50 bytes")
+
+
+def _check_grants(permissions: authz.Permissions | None) -> None:
+    """At most authz.MAX_GRANTS streams and topics (whichever way the permissions came)."""
+    if permissions is not None and permissions.grants > authz.MAX_GRANTS:
+        raise TooManyGrants(f"permissions name {permissions.grants} streams and topics; "
+                            f"at most {authz.MAX_GRANTS}")
 
 
 def _check_password(password: str) -> None:
