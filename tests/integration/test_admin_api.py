@@ -275,6 +275,12 @@ def test_users(broker: BrokerProcess) -> None:
         status, doc = call(port, "POST", "/users", body)
         assert status == 400, (body, doc)
         error_code(doc)
+    # a user's permissions name at most 10,000 streams and topics, whichever way they come
+    many = {"streams": [{"stream_id": 1, "topics": [{"topic_id": t} for t in range(10_000)]}]}
+    status, doc = call(port, "POST", "/users",
+                       {"username": "dave", "password": "pw-dave-1", "permissions": many})
+    assert status == 400 and error_code(doc) == "TOO_MANY_GRANTS", doc
+    assert call(port, "GET", "/users/dave")[0] == 404
     status, doc = call(port, "DELETE", "/users/iggy")
     assert status == 409 and error_code(doc) == "CANNOT_DELETE_ROOT"
     status, doc = call(port, "PUT", "/users/iggy/permissions", {"permissions": None})

@@ -56,6 +56,7 @@ from bayou.server.iggy.users import (
     CannotDeleteRoot,
     InvalidPassword,
     InvalidUsername,
+    TooManyGrants,
     UserAlreadyExists,
     UserNotFound,
     UserStoreError,
@@ -106,6 +107,7 @@ STATUS: dict[type[Exception], int] = {
     CannotChangeRootPermissions: 409,
     InvalidUsername: 400,
     InvalidPassword: 400,
+    TooManyGrants: 400,
     AuthFailure: 400,
     NotLeader: 421,  # Misdirected Request: the partition is led by another broker
     NotEnoughReplicas: 503,
