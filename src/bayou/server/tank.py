@@ -58,7 +58,7 @@ from bayou.server.tank_store import (
     produce_bundle,
     read_chunk,
 )
-from bayou.server.workers import parsed
+from bayou.server.workers import OFF_LOOP_BYTES, parse_pool, run_in
 
 log = logging.getLogger("bayou.tank")
 
@@ -168,7 +168,10 @@ class TankService:
 
     async def _reply(self, c: TankConnection, resp: Any, size: int = 0) -> None:
         """Encode and send ``resp``; ``size``: about its bytes, when it may be large."""
-        msg_id, payload = await parsed(size, codec.encode_response, resp)
+        if size > OFF_LOOP_BYTES:  # inline otherwise: a coroutine per reply is 2 % of a produce
+            msg_id, payload = await run_in(parse_pool(), codec.encode_response, resp)
+        else:
+            msg_id, payload = codec.encode_response(resp)
         await c.send(msg_id, payload)
 
     async def _ping(self, c: TankConnection, req: m.Ping) -> None:
@@ -178,7 +181,7 @@ class TankService:
 
     async def _produce(self, c: TankConnection, req: m.Produce) -> None:
         results: list[m.ProduceTopicResult] = []
-        pace = Pace()
+        pace = Pace()  # one count over every topic's entries
         count = sum(len(t.entries) for t in req.topics)  # up to 255 x 255: then yield as they go
         # a pipelining connection serves the next request once every entry has appended
         ordering.expect(count)
@@ -397,11 +400,10 @@ class TankService:
                 if chunk is not None and chunk.length:
                     chunks.append(chunk)
         size = 16 * len(lengths)  # about the header's bytes: a ConsumePeer may list a million partitions
-        if isinstance(req, m.ConsumePeer):
-            header = await parsed(size, codec.encode_consume_peer_header, topics, lengths, framed=True)
+        if size > OFF_LOOP_BYTES:
+            header = await run_in(parse_pool(), _consume_header, req, topics, lengths)
         else:
-            header = await parsed(size, codec.encode_consume_header, req.request_id, topics, lengths,
-                                  framed=True)
+            header = _consume_header(req, topics, lengths)
         try:
             async with c.lock:
                 writer = c.conn.writer
@@ -513,6 +515,13 @@ async def _send_chunk(writer: asyncio.StreamWriter, ch: Chunk) -> None:
             writer.write(piece)
 
 
+def _consume_header(req: m.Consume | m.ConsumePeer, topics: list[m.ConsumeTopicAnswer],
+                    lengths: list[int]) -> bytes:
+    if isinstance(req, m.ConsumePeer):
+        return codec.encode_consume_peer_header(topics, lengths, framed=True)
+    return codec.encode_consume_header(req.request_id, topics, lengths, framed=True)
+
+
 def _produces(frame: Frame) -> bool:
     """A produce (with or without sequence numbers): what a pipelining connection serves before
     the requests ahead of it are answered (server/frames.py)."""
@@ -529,10 +538,10 @@ def tank_handler(service: TankService) -> Callable[[Connection, Listener], Await
             # replies are written by the service (pipelined, long polls, sendfile chunks); a
             # large request other than a produce (whose entries are at most 255 x 255) is read
             # off the event loop: a ConsumePeer may list a million partitions
-            if _produces(frame):
-                request = codec.decode_request(frame.msg_id, frame.payload)
+            if len(frame.payload) > OFF_LOOP_BYTES and not _produces(frame):
+                request = await run_in(parse_pool(), codec.decode_request, frame.msg_id, frame.payload)
             else:
-                request = await parsed(len(frame.payload), codec.decode_request, frame.msg_id, frame.payload)
+                request = codec.decode_request(frame.msg_id, frame.payload)
             await service.handle(c, request)
 
         async def refuse(exc: TankError) -> None:

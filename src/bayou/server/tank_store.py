@@ -119,18 +119,32 @@ async def first_available(broker: Broker, topic: str, partition: int) -> int:
     return 0 if base is None else base + 1
 
 
+def _checked_now(bundle: bytes) -> BundleHeader | CorruptRecord | None:
+    """``check_received``'s answer when the event loop may work it out (a small bundle, or a large
+    one of uniform messages), None when a pool must."""
+    try:
+        h = parse_bundle_header(bundle)
+        if h.codec == CODEC_SNAPPY:
+            return None
+        if len(bundle) > OFF_LOOP_BYTES:  # check_bundle's quick path, else its walk off the loop
+            return h if uniform_bundle(bundle, h) else None
+        return check_bundle(bundle, h)
+    except CorruptRecord as exc:
+        return exc
+
+
 async def check_received(bundle: bytes) -> BundleHeader | CorruptRecord:
     """A received bundle's header once its whole message set is checked (``check_bundle``), or
     the damage found: nothing unreadable is ever stored. Inflating a Snappy one is CPU work a
     client chooses, so it runs in the inflate pool; walking a large one's messages one by one
     (when they are not of one shape) in the parse pool; neither on the event loop."""
+    h = _checked_now(bundle)
+    if h is not None:
+        return h
     try:
         h = parse_bundle_header(bundle)
-        if h.codec == CODEC_SNAPPY:
-            return await run_in(inflate_pool(), check_bundle, bundle, h)
-        if len(bundle) > OFF_LOOP_BYTES:  # check_bundle's quick path, else its walk off the loop
-            return h if uniform_bundle(bundle, h) else await run_in(parse_pool(), check_bundle, bundle, h)
-        return check_bundle(bundle, h)
+        pool = inflate_pool() if h.codec == CODEC_SNAPPY else parse_pool()
+        return await run_in(pool, check_bundle, bundle, h)
     except CorruptRecord as exc:
         return exc
 
@@ -154,7 +168,7 @@ async def produce_bundle(broker: Broker, topic: str, partition: int, bundle: byt
         if view is not None and len(view[1]) < min(required_acks, len(view[0])):
             return PRODUCE_INSUFFICIENT_REPLICAS
         acks = Acks.ALL
-    h = await check_received(bundle) if checked is None else checked
+    h = checked if checked is not None else _checked_now(bundle) or await check_received(bundle)
     if isinstance(h, CorruptRecord):
         return PRODUCE_INVALID_SEQ
     at: int | None = None

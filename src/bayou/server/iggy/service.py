@@ -72,7 +72,7 @@ from bayou.server.iggy.streams import StreamHandlers
 from bayou.server.iggy.system import SystemHandlers
 from bayou.server.iggy.users import UserStoreError, check_root_credentials
 from bayou.server.metering import UNKNOWN, RequestMeter
-from bayou.server.workers import parse_pool, parsed, run_in
+from bayou.server.workers import OFF_LOOP_BYTES, parse_pool, run_in
 
 log = logging.getLogger("bayou.iggy")
 
@@ -93,6 +93,11 @@ MAYBE_ELSEWHERE = frozenset({
     Status.INVALID_CREDENTIALS, Status.RESOURCE_NOT_FOUND,
 })
 WIDE_REPLY = 256  # entries of a reply (streams, topics, partitions, a user's grants) encoded off the loop
+
+
+def _wide(reply: bytes | m.Reply | None) -> bool:
+    """Whether a reply lists WIDE_REPLY entries or more (its encoding is then done off the loop)."""
+    return reply is not None and not isinstance(reply, bytes) and _entries(reply) >= WIDE_REPLY
 
 
 def _entries(reply: m.Reply) -> int:
@@ -288,9 +293,14 @@ class IggyService:
             if frame.code == Command.SEND_MESSAGES and dialect is Dialect.LEGACY:
                 self.auth.require_login(s, Command.SEND_MESSAGES)
                 return encode_legacy_reply(await self.produce.send_legacy(s, frame.payload))
-            req = await parsed(len(frame.payload), decode_frame, dialect, frame)
+            if len(frame.payload) > OFF_LOOP_BYTES:
+                req = await run_in(parse_pool(), decode_frame, dialect, frame)
+            else:  # inline: every poll comes this way
+                req = decode_frame(dialect, frame)
             reply = await self._dispatch(s, req)
-            return encode_legacy_reply(await self._encode(reply, dialect))
+            if _wide(reply):
+                return encode_legacy_reply(await run_in(parse_pool(), self._encode, reply, dialect))
+            return encode_legacy_reply(self._encode(reply, dialect))
         except IggyError as exc:
             return self._legacy_error(exc)
         except BayouError as exc:
@@ -314,9 +324,14 @@ class IggyService:
                 check_vsr_header(header)
                 self.auth.require_login(s, Command.SEND_MESSAGES)
                 return encode_vsr_ok(header, await self.produce.send_vsr(s, frame.body))
-            req = await parsed(len(frame.body), decode_frame, Dialect.VSR, frame)
+            if len(frame.body) > OFF_LOOP_BYTES:
+                req = await run_in(parse_pool(), decode_frame, Dialect.VSR, frame)
+            else:
+                req = decode_frame(Dialect.VSR, frame)
             reply = await self._dispatch(s, req, header)
-            return encode_vsr_ok(header, await self._encode(reply, Dialect.VSR))
+            if _wide(reply):
+                return encode_vsr_ok(header, await run_in(parse_pool(), self._encode, reply, Dialect.VSR))
+            return encode_vsr_ok(header, self._encode(reply, Dialect.VSR))
         except IggyError as exc:
             if exc.eviction is not None:
                 s.close_after_reply = True
@@ -329,13 +344,11 @@ class IggyService:
             return encode_vsr_error(header, status_for(exc))
 
     @staticmethod
-    async def _encode(reply: bytes | m.Reply | None, dialect: Dialect) -> bytes:
+    def _encode(reply: bytes | m.Reply | None, dialect: Dialect) -> bytes:
         if reply is None:
             return b""
         if isinstance(reply, bytes):
             return reply
-        if _entries(reply) >= WIDE_REPLY:
-            return await run_in(parse_pool(), encode_reply, reply, dialect)
         return encode_reply(reply, dialect)
 
     async def _dispatch(self, s: Session, req: Any, header: RequestHeader | None = None
