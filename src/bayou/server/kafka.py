@@ -164,8 +164,14 @@ class KafkaService:
             self.meter.record(name, started, failed)
         if fields is None:
             return None
-        if header.api_key == ApiKey.PRODUCE:  # an entry per partition listed, 8 bytes each at least
-            wide = len(frame) >= 8 * WIDE_FAST_ANSWER and _wide(fields, WIDE_FAST_ANSWER)
+        if header.api_key == ApiKey.PRODUCE:
+            # an entry per partition listed, 8 bytes each at least: a small frame's answer is
+            # written here at once (through _encode, the call alone cost 1 % of a one-record produce)
+            if len(frame) < 8 * WIDE_FAST_ANSWER and fields.keys() == {"responses"}:
+                fast = encode_produce_response(header.api_version, header.correlation_id, fields["responses"])
+                if fast is not None:
+                    return fast
+            wide = _wide(fields, WIDE_FAST_ANSWER)
         else:
             wide = _wide(fields, WIDE_FAST_ANSWER if header.api_key == ApiKey.FETCH else WIDE_ANSWER)
         if wide:
