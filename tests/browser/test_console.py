@@ -51,8 +51,11 @@ class Console:
         self.shots = shots
 
     def open(self, hash_: str, page: str) -> None:
+        # a whole new load: a hash change alone would keep the previous page's state, and a
+        # refresh right after it was once aborted by the page's own navigation under load
+        # ("timeout from aborted by navigation" in a full `make test`)
+        self.driver.get("about:blank")
         self.driver.get(f"{self.base}/{hash_}")
-        self.driver.refresh()  # a hash change alone would keep the previous page's state
         self.wait(lambda: self.driver.find_element(By.ID, "page").get_attribute("data-page") == page
                   or None, f"page {page}")
 
