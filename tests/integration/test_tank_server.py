@@ -15,8 +15,13 @@ import pytest_asyncio
 from tests.support.brokers import LineConn
 from tests.support.tank import PING, TankConn, start_tank, tank_port
 
+import bayou.server.tank as tank_server
+from bayou.protocols.tank import codec
 from bayou.protocols.tank import messages as m
 from bayou.protocols.tank.bundles import TankMessage, decode_chunk, encode_bundle
+from bayou.records.batch import encode_batch
+from bayou.records.compression import Compression
+from bayou.records.model import Record
 from bayou.server import zerocopy
 from bayou.server.app import BayouServer
 from bayou.server.tank_store import FileRange, read_chunk
@@ -259,3 +264,111 @@ async def test_a_connection_that_never_sends_is_closed(server: BayouServer,
     await asyncio.sleep(0.5)
     assert await create(busy, "idle") == 1  # a connection that has sent a request stays open
     await busy.close()
+
+
+# -- the bound on one consume answer (server/tank.py CONSUME_MAX_BYTES) ------------------------
+
+CAP = 4096
+
+
+def kafka_batch(i: int) -> bytes:
+    """A batch stored in Kafka's format (as a Kafka, V1 or Cursus producer stores it): a TANK
+    consumer is sent it converted, bytes built in memory."""
+    return encode_batch([Record(b"%05d" % i + b"k" * 995, None, 1_700_000_000_000)])
+
+
+def inflating(i: int) -> bytes:
+    """A gzip batch of 10 records of 2,000 zero bytes: a few hundred bytes stored, about 20 KB
+    sent to a TANK consumer."""
+    return encode_batch([Record(b"%05d" % (i * 10 + j) + bytes(1995), None, 1_700_000_000_000)
+                         for j in range(10)], compression=Compression.GZIP)
+
+
+def seqs(p: m.ConsumePartitionResult) -> list[int]:
+    return [x.seq for x in decode_chunk(p.chunk, p.base_seq, sparse_first=p.flags == 0xFE)]
+
+
+async def test_a_consume_listing_a_partition_many_times_is_answered_within_the_bound(
+        server: BayouServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One Consume may list 65,025 entries, each asking for 64 MiB, and chunks converted from other
+    protocols' records are held in memory: 200 entries of one partition got its whole 40 KB each
+    (8 MB for one request). Past the bound the entries get an empty chunk, with the hwmark above the
+    seq they asked for, and the client asks again: it reads every record once, in order."""
+    monkeypatch.setattr(tank_server, "CONSUME_MAX_BYTES", CAP)
+    await server.broker.create_topic("conv", 1)
+    for i in range(40):
+        await server.broker.produce("conv", 0, kafka_batch(i))
+    c = await conn(server)
+    resp = await c.call(m.Consume(7, (m.ConsumeTopic("conv", tuple(m.ConsumePartition(0, 1, 1 << 20)
+                                                                   for _ in range(200))),)))
+    assert isinstance(resp, m.ConsumeResponse)
+    (topic,) = resp.topics
+    assert isinstance(topic, m.ConsumeTopicResult)
+    first, *rest = topic.partitions
+    assert CAP <= len(first.chunk) < CAP + 1100  # up to the first bundle boundary past the bound
+    assert seqs(first) == list(range(1, len(seqs(first)) + 1))
+    assert all((p.flags, p.base_seq, p.hwmark, p.chunk) == (0, 1, 40, b"") for p in rest)
+    seq, seen, answers = 1, [], 0
+    while seq <= 40:  # a consumer going on from where each answer stopped
+        p = await consume(c, "conv", 0, seq)
+        got = messages(p)
+        assert got and got[0][0] == seq and len(p.chunk) < CAP + 1100
+        seen += [int(v[:5]) for _s, v in got]
+        seq = got[-1][0] + 1
+        answers += 1
+    assert seen == list(range(40)) and answers >= 40 * 1000 // (CAP + 1100)
+    await c.close()
+
+
+async def test_a_converted_chunk_ends_at_the_fetch_size_in_bytes_sent(server: BayouServer) -> None:
+    """A fetch size bounded the stored bytes read, not the bytes converted from them: compressed
+    batches of another protocol, under 4 KiB stored, were all sent decompressed (20 KB each)."""
+    await server.broker.create_topic("gz", 1)
+    for i in range(30):
+        await server.broker.produce("gz", 0, inflating(i))
+    chunk = await read_chunk(server.broker, "gz", 0, 1, CAP)
+    try:
+        assert chunk.next_seq == 11 and CAP <= chunk.length < 21_000  # one batch: it passes the size
+        data = b"".join(p for p in chunk.pieces if isinstance(p, bytes))
+        assert [x.seq for x in decode_chunk(data, chunk.base_seq, sparse_first=False)] == list(range(1, 11))
+    finally:
+        chunk.release()
+    c = await conn(server)
+    seq = 1
+    while seq <= 300:
+        got = messages(await consume(c, "gz", 0, seq, fetch=CAP))
+        assert [s for s, _v in got] == list(range(seq, seq + 10))
+        seq += 10
+    await c.close()
+
+
+async def test_a_long_poll_woken_past_the_bound_sends_the_rest_on_the_next_consume(
+        server: BayouServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long poll woken by appends to many partitions read each one's new bytes whole (up to 64
+    MiB each). Past the bound the others say "nothing new" with the hwmark of when the wait began,
+    so a tail consumer (it goes on at hwmark + 1) asks for them again and misses nothing."""
+    monkeypatch.setattr(tank_server, "CONSUME_MAX_BYTES", CAP)
+    c = await conn(server)
+    assert await create(c, "lpb", 2) == 0
+    assert await produce(c, "lpb", 1, bundle(b"old")) == 0  # partition 1 at hwmark 1
+    poll = m.Consume(9, (m.ConsumeTopic("lpb", (m.ConsumePartition(0, U64, 1 << 20),
+                                                 m.ConsumePartition(1, U64, 1 << 20))),),
+                     max_wait=10_000, min_bytes=1 << 30)
+    small = m.Produce(2, (m.ProduceTopic("lpb", (m.ProduceEntry(1, bundle(b"p1-new")),)),))
+    value = os.urandom(CAP)  # incompressible: the bundle is as large as its value
+    big = m.Produce(3, (m.ProduceTopic("lpb", (m.ProduceEntry(0, bundle(value)),)),))
+    # one write: the consume waits at both ends, then the small append (below min bytes) and the
+    # large one (past the bound) arrive
+    await c.send(b"".join(bytes([rid]) + len(body).to_bytes(4, "little") + body
+                          for rid, body in map(codec.encode_request, (poll, small, big))))
+    frames = [await c.frame(timeout=5.0) for _ in range(3)]
+    (answer,) = [codec.decode_response(rid, body, request=poll) for rid, body in frames if rid == 0x2]
+    assert isinstance(answer, m.ConsumeResponse)
+    (topic,) = answer.topics
+    assert isinstance(topic, m.ConsumeTopicResult)
+    p0, p1 = topic.partitions
+    assert messages(p0) == [(1, value)] and p0.hwmark == 1
+    assert (p1.chunk, p1.hwmark) == (b"", 1)  # not sent: the hwmark of when the wait began
+    p = await consume(c, "lpb", 1, p1.hwmark + 1)  # what a tail consumer asks next
+    assert messages(p) == [(2, b"p1-new")]
+    await c.close()

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bayou.broker import YIELD_EVERY, Broker, Pace, ordering
+from bayou.broker import FETCH_MAX_BYTES, YIELD_EVERY, Broker, Pace, ordering
 from bayou.broker.authz import Action
 from bayou.errors import BayouError, CorruptRecord, NotLeader, OffsetOutOfRange, StorageError, Unauthorized
 from bayou.protocols.tank import codec
@@ -64,6 +64,13 @@ log = logging.getLogger("bayou.tank")
 
 VERSION = 400  # what TANK 4.0 reports in Status (major x 100 + minor)
 MAX_WAIT_MS = 3_600_000
+# The chunks of one consume answer, over all its partition entries: one Consume may list 65,025
+# entries (the same partition again and again, too), each asking for up to 64 MiB, and chunks
+# converted from other protocols' records are held in memory until sent. Past the bound, the
+# entries still to resolve are answered with an empty chunk (as at the end of the partition,
+# with the partition's hwmark above the seq asked for) and the client asks for them again; the
+# first entry with data always gets its chunk, so every consumer progresses.
+CONSUME_MAX_BYTES = FETCH_MAX_BYTES
 
 
 def normalise_max_wait(ms: int) -> float:
@@ -235,8 +242,9 @@ class TankService:
 
     # -- consume -------------------------------------------------------------------------------
 
-    async def _resolve(self, topic: str, p: m.ConsumePartition) -> Entry:
-        """(entry, chunk, at end of partition) for one requested partition (§5.4)."""
+    async def _resolve(self, topic: str, p: m.ConsumePartition, room: int) -> Entry:
+        """(entry, chunk, at end of partition) for one requested partition (§5.4); ``room``: the
+        bytes the answer may still carry (CONSUME_MAX_BYTES), none left: an empty chunk."""
         if not 0 <= p.partition < self.broker.partition_count(topic):
             return m.ConsumePartitionResult(p.partition, ConsumeFlag.UNKNOWN_PARTITION), None, False
         try:
@@ -257,8 +265,10 @@ class TankService:
         if seq > last + 1 or seq < first:
             return (m.ConsumePartitionResult(p.partition, ConsumeFlag.BOUNDARY_FAULT, 0, last, first),
                     None, False)
+        if room <= 0:  # the answer is full: nothing this time, the client asks again (hwmark > seq)
+            return m.ConsumePartitionResult(p.partition, ConsumeFlag.OK, first, last), None, False
         try:
-            chunk = await read_chunk(self.broker, topic, p.partition, seq, p.fetch_size)
+            chunk = await read_chunk(self.broker, topic, p.partition, seq, min(p.fetch_size, room))
         except OffsetOutOfRange:  # retention removed ``seq`` since first_available: the same fault
             try:
                 first = await first_available(self.broker, topic, p.partition)
@@ -278,6 +288,7 @@ class TankService:
         answers: Answers = []
         immediate = req.max_wait == 0
         seen = 0
+        room = CONSUME_MAX_BYTES
         for t in req.topics:
             # a topic the connection may not read is answered as unknown: TANK's consume has no
             # "not allowed" code (tank-cli reports "Unknown topic" and exits 1)
@@ -293,7 +304,10 @@ class TankService:
                     seen += 1
                     if seen % YIELD_EVERY == 0:  # a counter, not a Pace: every consumer's request
                         await asyncio.sleep(0)
-                    entries.append(await self._resolve(t.name, p))
+                    entry = await self._resolve(t.name, p, room)
+                    if entry[1] is not None:
+                        room -= entry[1].length
+                    entries.append(entry)
             except BaseException:  # chunks resolved so far hold segment leases: give them back
                 for _t, done in answers:
                     for _r, chunk, _eop in done:
@@ -322,7 +336,7 @@ class TankService:
                                answers: Answers, poll: Poll) -> None:
         """Every requested partition is at its end: wait for appends worth ``min_bytes`` (§5.6)."""
         deadline = time.monotonic() + normalise_max_wait(req.max_wait)
-        min_bytes = min(req.min_bytes, MAX_FETCH)
+        min_bytes = min(req.min_bytes, MAX_FETCH, CONSUME_MAX_BYTES)  # a full answer is enough
         starts = {(t.name, r.partition): r.hwmark for t, entries in answers for r, _c, _e in entries}
         while True:
             # The partitions' waiters are registered before their ends are read, so an append
@@ -335,9 +349,12 @@ class TankService:
                 for (topic, p), last in starts.items():
                     if topic not in self.broker.topics or p >= self.broker.partition_count(topic):
                         continue
+                    if total >= CONSUME_MAX_BYTES:
+                        break  # the answer is full: the partitions after it say "nothing new" this time
                     if last_assigned(self.broker, topic, p) > last:
                         try:
-                            chunk = await read_chunk(self.broker, topic, p, last + 1, MAX_FETCH)
+                            chunk = await read_chunk(self.broker, topic, p, last + 1,
+                                                     min(MAX_FETCH, CONSUME_MAX_BYTES - total))
                         except (StorageError, OffsetOutOfRange):
                             # answered by the next consume (0xfb; a boundary fault when retention
                             # or a purge moved the log start past ``last``)
@@ -376,6 +393,10 @@ class TankService:
                       else r.hwmark)
                 ch = grown.get(key)
                 if ch is None:
+                    # not sent (nothing new, or the answer was full): the hwmark seen when the
+                    # wait began, or lower, so a tail consumer (which goes on at hwmark + 1 after
+                    # an empty chunk, §5.7) asks again for what it was not sent
+                    hw = min(hw, starts[key])
                     rows.append((m.ConsumePartitionResult(r.partition, ConsumeFlag.OK, 0, hw), None, False))
                 else:
                     flags = ConsumeFlag.SPARSE if ch.sparse_first else ConsumeFlag.OK

@@ -261,6 +261,12 @@ async def read_chunk(broker: Broker, topic: str, partition: int, seq: int, fetch
                     chunk.sparse_first = True
                     chunk.base_seq = 0
                 chunk.add(encode_chunk_record(encode_bundle(msgs, compress=False, sparse=not dense)))
+                if chunk.length >= limit:
+                    # converted records can be many times their stored size (another protocol's
+                    # compressed batch is sent decompressed): the chunk ends at the first bundle
+                    # boundary at or past the fetch size, counted in bytes sent, as TANK does
+                    chunk.next_seq = expect + 1
+                    return chunk
     except BaseException:
         chunk.release()
         raise
