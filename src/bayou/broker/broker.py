@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
@@ -267,11 +267,14 @@ class Broker:
     def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
               max_records: int | None = None, max_wait_ms: int = 0, min_bytes: int = 1,
               upto_log_end: bool = False, from_log_start: bool = False,
-              committed_only: bool = False) -> Coroutine[Any, Any, FetchResult]:
+              committed_only: bool = False,
+              before_read: Callable[[], Awaitable[object] | None] | None = None
+              ) -> Coroutine[Any, Any, FetchResult]:
         read = self.fetch_path.fetch(topic, partition, offset, max_bytes=max_bytes,
                                      max_records=max_records, max_wait_ms=max_wait_ms,
                                      min_bytes=min_bytes, upto_log_end=upto_log_end,
-                                     from_log_start=from_log_start, committed_only=committed_only)
+                                     from_log_start=from_log_start, committed_only=committed_only,
+                                     before_read=before_read)
         if not committed_only:
             return read  # the path's own coroutine, as ``produce``'s
         return self._fetch_committed(topic, partition, read)

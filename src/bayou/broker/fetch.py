@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from bayou.broker.context import BrokerContext
 from bayou.broker.model import FetchResult
@@ -29,7 +30,8 @@ class FetchPath:
     async def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
                     max_records: int | None = None, max_wait_ms: int = 0, min_bytes: int = 1,
                     upto_log_end: bool = False, from_log_start: bool = False,
-                    committed_only: bool = False) -> FetchResult:
+                    committed_only: bool = False,
+                    before_read: Callable[[], Awaitable[object] | None] | None = None) -> FetchResult:
         """Whole batches from the one holding ``offset`` up to the high watermark, at most
         ``max_bytes`` and (batch-granular) ``max_records``, but always at least one batch.
 
@@ -40,7 +42,10 @@ class FetchPath:
         ``committed_only`` stops at the last stable offset (the partition's transaction table,
         broker/transactions.py, loaded by the caller), and the result's ``high_watermark`` is it.
         Retention may remove the segment while the read runs: the start is then checked again,
-        never answered as an empty read.
+        never answered as an empty read. ``before_read`` is called once, when there is something
+        to read (after any wait for it), before the first read, and what it returns awaited
+        unless None: a front end reserves the memory of its answer there (server/answers.py),
+        not while it waits.
         """
         self.ctx.authorize("poll", topic)
         max_bytes = min(max_bytes, FETCH_MAX_BYTES)
@@ -69,6 +74,12 @@ class FetchPath:
                         raise OffsetOutOfRange(f"offset {offset} is below the log start {start}")
                     offset = start
                 if offset < hw:
+                    if before_read is not None:
+                        waiting = before_read()
+                        before_read = None
+                        if waiting is not None:
+                            await waiting
+                            continue  # the bounds again, after that wait
                     try:  # bytes in the page cache (a reader at the tail) are read here, at once
                         r = self._read(part, offset, max_bytes, hw, max_records, nowait=True)
                     except WouldBlock:

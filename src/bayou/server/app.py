@@ -210,6 +210,8 @@ class ServerConfig:
     max_connections_per_ip: int = 1_000
     listener_reserve: int = 64
     max_inflight_bytes: int = 512 * 1024 * 1024
+    # ... and max_answer_bytes the fetch answers held until sent, broker-wide (server/answers.py).
+    max_answer_bytes: int = 512 * 1024 * 1024
     # The host clients are told to connect to (Cursus METADATA / FIND_COORDINATOR, Kafka Metadata).
     advertised_host: str = "localhost"
     # A listener's port as clients reach it, where that is not the bound one (NAT, containers):
@@ -247,7 +249,8 @@ class ServerConfig:
                                 request_timeout_s=self.request_timeout_s,
                                 max_connections_per_ip=self.max_connections_per_ip,
                                 listener_reserve=self.listener_reserve,
-                                max_inflight_bytes=self.max_inflight_bytes)
+                                max_inflight_bytes=self.max_inflight_bytes,
+                                max_answer_bytes=self.max_answer_bytes)
 
 
 class _KafkaLogins:

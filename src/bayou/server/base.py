@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from bayou.broker.authz import Caller, bind_caller, connection_principal
 from bayou.errors import InvalidConfig
 from bayou.server.tls import handshake_failure, peer_cn
-from bayou.server.writes import CoalescingWriter
+from bayou.server.writes import CoalescingWriter, SlowReader
 
 log = logging.getLogger("bayou.server")
 
@@ -55,6 +55,7 @@ class ConnectionLimits:
     max_connections_per_ip: int = 1_000
     listener_reserve: int = 64
     max_inflight_bytes: int = 512 * 1024 * 1024
+    max_answer_bytes: int = 512 * 1024 * 1024  # answers held until sent, broker-wide (answers.py)
 
     def __post_init__(self) -> None:
         for name in ("max_connections", "read_size", "max_connections_per_ip"):
@@ -67,6 +68,8 @@ class ConnectionLimits:
             raise InvalidConfig("listener_reserve must be 0 or more")
         if self.max_inflight_bytes < MIN_INFLIGHT_BYTES:
             raise InvalidConfig(f"max_inflight_bytes must be at least {MIN_INFLIGHT_BYTES} (1 MiB)")
+        if self.max_answer_bytes < MIN_INFLIGHT_BYTES:
+            raise InvalidConfig(f"max_answer_bytes must be at least {MIN_INFLIGHT_BYTES} (1 MiB)")
 
     def frame_cap(self, protocol_max: int) -> int:
         """What a framing reader may accept: its protocol's cap, and never more than the budget."""
@@ -80,6 +83,14 @@ class ByteBudget:
         self.total = total
         self.used = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    def try_acquire(self, n: int) -> bool:
+        """``acquire`` when it would not wait (no coroutine): whether ``n`` was granted."""
+        n = min(n, self.total)
+        if not self._waiters and self.used + n <= self.total:
+            self.used += n
+            return True
+        return False
 
     async def acquire(self, n: int) -> None:
         n = min(n, self.total)
@@ -103,6 +114,11 @@ class ByteBudget:
         self.used -= min(n, self.total)
         self._grant()
 
+    def take(self, n: int) -> None:
+        """Take ``n`` more at once, past what is free if need be (the answer budget's batch begun
+        under an answer's bound); given back by ``release`` like the rest."""
+        self.used += n
+
     def _grant(self) -> None:
         while self._waiters and self.used + self._waiters[0][0] <= self.total:
             n, fut = self._waiters.popleft()
@@ -123,6 +139,7 @@ class Admission:
         self.per_ip: Counter[str] = Counter()
         self.listeners: list[Listener] = []
         self.budget = ByteBudget(limits.max_inflight_bytes)
+        self.answers = ByteBudget(limits.max_answer_bytes)  # answers held until sent (answers.py)
 
     def refusal(self, listener: Listener, ip: str) -> str | None:
         """Why a new connection to ``listener`` from ``ip`` is refused, or None to admit it."""
@@ -144,11 +161,16 @@ class Connection:
     """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 limits: ConnectionLimits | None = None, budget: ByteBudget | None = None) -> None:
+                 limits: ConnectionLimits | None = None, budget: ByteBudget | None = None,
+                 answers: ByteBudget | None = None) -> None:
         self.reader = reader
-        self.writer: asyncio.StreamWriter = CoalescingWriter(writer)  # type: ignore[assignment]
-        self.limits = limits or ConnectionLimits()
+        self.limits = limits = limits or ConnectionLimits()
+        # replies leave once per pass, and must be read: PROGRESS_BYTES_PER_S as for requests
+        self.writer: asyncio.StreamWriter = CoalescingWriter(  # type: ignore[assignment]
+            writer, deadline_s=limits.request_timeout_s,
+            min_progress=int(PROGRESS_BYTES_PER_S * limits.request_timeout_s))
         self.budget = budget
+        self.answers = answers  # the answer budget (answers.py), None: answers are not counted
         self._busy = 0
         self.requests = 0
         self.held = 0  # bytes of the byte budget this connection holds
@@ -277,7 +299,7 @@ class Listener:
             del adm.per_ip[ip]
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(reader, writer, self.limits, self.admission.budget)
+        conn = Connection(reader, writer, self.limits, self.admission.budget, self.admission.answers)
         if not self._admit(conn.ip, conn.peer):
             writer.close()
             return
@@ -293,6 +315,9 @@ class Listener:
             await self.handler(conn, self)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except SlowReader as exc:
+            log.info("closing connection: replies not read: %s", exc,
+                     extra={"protocol": self.name, "peer": conn.peer})
         except TimeoutError:
             log.info("closing connection: %s", "no complete request in time" if conn.requests == 0
                      else "request not completed in time", extra={"protocol": self.name, "peer": conn.peer})
@@ -393,7 +418,7 @@ class Listener:
             return
         self._handshakes.discard(asyncio.current_task())  # drain() ends it now
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        conn = Connection(reader, writer, self.limits, self.admission.budget)
+        conn = Connection(reader, writer, self.limits, self.admission.budget, self.admission.answers)
         conn.accepted_at = conn._last_data_at = accepted_at  # the handshake spent the idle time
         conn.peer_cn = peer_cn(writer)
         await self._serve(conn)

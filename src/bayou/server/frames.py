@@ -36,6 +36,11 @@ applied in one place, by construction:
   deferred behind a login, or an error found behind frames already returned) is fed ``b""``
   before the loop reads on, so a bad header is answered as soon as the frames before it are.
 
+* **Answers in flight.** A frame's handler reserves what its answer may hold from the broker-wide
+  answer budget (server/answers.py, through ``answer_room()``); the loop releases it once the
+  reply is written and drained. Frames served one at a time share the connection's room; in a
+  pipeline each frame that is not an append gets its own, released by the writer task.
+
 Per-request metering stays at each protocol's one dispatch point (server/metering.py), the only
 place that knows the command's name; TLS and admission are the listener's (server/base.py).
 """
@@ -48,6 +53,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from bayou.broker.ordering import Ordered, serving
+from bayou.server.answers import ROOM, Room
 from bayou.server.base import Connection, Listener
 from bayou.server.writes import CoalescingWriter
 
@@ -112,6 +118,21 @@ async def serve_frames(conn: Connection, listener: Listener, reader: Framing[F],
         await _Pipeline[F, E](conn, listener, reader, handle, error, refuse, done, last,
                               pipeline).run(first)
         return
+    room = Room(conn.answers) if conn.answers is not None else None
+    token = ROOM.set(room)
+    try:
+        await _serve_in_turn(conn, listener, reader, handle, error, refuse, done, first, last, room)
+    finally:
+        ROOM.reset(token)
+        if room is not None:
+            room.release()
+
+
+async def _serve_in_turn(conn: Connection, listener: Listener, reader: Framing[F],
+                         handle: Callable[[F], Awaitable[Reply]], error: type[E],
+                         refuse: Callable[[E], Awaitable[None]], done: Callable[[], bool],
+                         first: bytes, last: Callable[[], F | None] | None, room: Room | None) -> None:
+    """``serve_frames`` without pipelining: each frame served, its reply written, then the next."""
     writer = conn.writer
     data = first
     at_eof = False
@@ -129,6 +150,8 @@ async def serve_frames(conn: Connection, listener: Listener, reader: Framing[F],
                     await _write(writer, await handle(frame))
                 finally:
                     conn.busy -= 1
+                    if room is not None and room.held:
+                        room.release()  # the answer has left (or never will)
                 if done():
                     return
         except error as exc:
@@ -163,6 +186,7 @@ class _Pipeline(Generic[F, E]):
         self.ending: set[asyncio.Task[Reply]] = set()  # frames after whose reply ``done`` held
         self.stopped = False  # a frame ended the connection (``done``, an error): serve no more
         self.last_released: asyncio.Future[None] | None = None  # the newest frame's ``released``
+        self.rooms: dict[asyncio.Task[Reply], Room] = {}  # answer rooms of frames not yet written
         self.reading = True
 
     async def run(self, data: bytes) -> None:
@@ -213,6 +237,9 @@ class _Pipeline(Generic[F, E]):
             writer.cancel()
             for task in self.queue:
                 task.cancel()
+            for room in self.rooms.values():  # frames never written (the connection ended)
+                room.release()
+            self.rooms.clear()
 
     async def _start(self, loop: asyncio.AbstractEventLoop, frame: F, appends: bool) -> None:
         """Serve ``frame`` in a task of its own. A frame that only appends is started at once and
@@ -222,10 +249,16 @@ class _Pipeline(Generic[F, E]):
         self.conn.busy += 1
         request = Ordered(loop.create_future())
         gate = self.last_released
+        context = serving(request)
+        if not appends and self.conn.answers is not None:  # a fetch: its answer's room, its own
+            room = Room(self.conn.answers)
+            context.run(ROOM.set, room)
         task: asyncio.Task[Reply] = loop.create_task(
             self._serve(frame, request, None if gate is None or gate.done() else gate),
-            context=serving(request))
+            context=context)
         task.add_done_callback(lambda _t: request.release())
+        if not appends and self.conn.answers is not None:
+            self.rooms[task] = room
         self.queue.append(task)
         self.last_released = request.released
         self.changed.set()
@@ -283,6 +316,9 @@ class _Pipeline(Generic[F, E]):
                     self.queue.popleft()
                     self.conn.busy -= 1
                     self.changed.set()
+                    room = self.rooms.pop(task, None)
+                    if room is not None:
+                        room.release()  # the answer has left (or never will)
                 if task in self.ending:
                     self.closed = True
                     return

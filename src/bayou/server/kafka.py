@@ -57,6 +57,7 @@ from bayou.protocols.kafka.sessions import FetchContext, FetchSessions, Want
 from bayou.protocols.scram import ScramExchange, ScramFailure
 from bayou.records.formats import kafka_producer
 from bayou.server import kafka_admin, kafka_groups, kafka_txn
+from bayou.server.answers import answer_room
 from bayou.server.base import Connection, Listener
 from bayou.server.frames import serve_frames
 from bayou.server.iggy.users import AuthFailure
@@ -481,7 +482,12 @@ async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
     # last told) after one look at their bounds; the checks of a read come with the first change
     # (standalone only: in cluster mode each read also checks leadership)
     quick = ctx.kind == "incremental" and not committed and not svc.broker.clustered
+    room = answer_room()
     while True:
+        if room is not None:  # the most this answer may hold, before its reads (answers.py)
+            waiting = room.claim(max_bytes)
+            if waiting is not None:
+                await waiting
         total = 0
         for i, p in enumerate(parts):
             if i and i % YIELD_EVERY == 0:  # reads that never suspend: let other connections in (Pace)
@@ -497,7 +503,13 @@ async def fetch(svc: KafkaService, req: Request, body: Any) -> Fields:
         idle = [p for p in parts if not p.size and not p.fields.get("error_code")]
         if not idle:  # every partition gave what it has: min_bytes is not reached by waiting here
             break
+        if room is not None:  # read again once woken: wait holding nothing
+            for p in parts:
+                p.fields, p.size = {}, 0
+            room.release()
         await _wait_for_data(svc, idle, wait)
+    if room is not None:
+        room.keep(total)
     session_id, keep, error = svc.fetch_sessions.finish(ctx, [p.fields for p in parts])
     by_topic: dict[str, list[Fields]] = {}
     for i in keep:

@@ -46,6 +46,7 @@ from bayou.protocols.rtes.codec import (
     go_list,
 )
 from bayou.records.batch import Record, encode_batch, iter_batches
+from bayou.server.answers import answer_room
 from bayou.server.base import Connection, Listener
 from bayou.server.frames import serve_frames
 from bayou.server.metering import UNKNOWN, RequestMeter
@@ -188,6 +189,11 @@ class RtesService:
         offset = max(offset, start)
         out: list[tuple[int, bytes]] = []
         size = 0
+        room = answer_room()
+        if room is not None and offset < end:  # before the reads (server/answers.py)
+            waiting = room.claim(CONSUME_MAX_BYTES)
+            if waiting is not None:
+                await waiting
         while offset < end and len(out) < limit and size < CONSUME_MAX_BYTES:
             res = await self.broker.fetch(topic, partition, offset, max_bytes=CONSUME_MAX_BYTES - size,
                                           max_records=limit - len(out), upto_log_end=upto_log_end,
@@ -204,6 +210,8 @@ class RtesService:
                         out.append((rec.offset, rec.value))
                         size += len(rec.value) + 12
             offset = res.next_offset
+        if room is not None:
+            room.keep(size)
         return out, hw - 1
 
     async def consume(self, r: m.Consume) -> bytes:

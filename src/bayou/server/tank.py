@@ -43,6 +43,7 @@ from bayou.protocols.tank.codes import (
 from bayou.protocols.tank.framing import MAX_PAYLOAD, PING_FRAME, Frame, FrameReader, frame_header
 from bayou.records.tank import BundleHeader
 from bayou.server import zerocopy
+from bayou.server.answers import Room
 from bayou.server.base import Connection, Listener
 from bayou.server.frames import serve_frames
 from bayou.server.metering import UNKNOWN, RequestMeter
@@ -287,8 +288,26 @@ class TankService:
         standalone, the high water mark is the log end, so it reads the same data)."""
         answers: Answers = []
         immediate = req.max_wait == 0
+        space = CONSUME_MAX_BYTES
+        budget = c.conn.answers
+        room = Room(budget) if budget is not None else None
+        if room is not None:  # the most the answer may hold, before its reads (answers.py)
+            waiting = room.claim(min(CONSUME_MAX_BYTES, sum(min(p.fetch_size, MAX_FETCH)
+                                                            for t in req.topics for p in t.partitions)))
+            if waiting is not None:
+                await waiting
+        try:
+            await self._resolve_all(c, req, answers, space, immediate, room)
+        except BaseException:
+            if room is not None:
+                room.release()
+            raise
+
+    async def _resolve_all(self, c: TankConnection, req: m.Consume | m.ConsumePeer, answers: Answers,
+                           space: int, immediate: bool, room: Room | None) -> None:
+        """``_consume`` once its answer's room is held: each entry resolved, then answered now or
+        after a long poll."""
         seen = 0
-        room = CONSUME_MAX_BYTES
         for t in req.topics:
             # a topic the connection may not read is answered as unknown: TANK's consume has no
             # "not allowed" code (tank-cli reports "Unknown topic" and exits 1)
@@ -304,9 +323,9 @@ class TankService:
                     seen += 1
                     if seen % YIELD_EVERY == 0:  # a counter, not a Pace: every consumer's request
                         await asyncio.sleep(0)
-                    entry = await self._resolve(t.name, p, room)
+                    entry = await self._resolve(t.name, p, space)
                     if entry[1] is not None:
-                        room -= entry[1].length
+                        space -= entry[1].length
                     entries.append(entry)
             except BaseException:  # chunks resolved so far hold segment leases: give them back
                 for _t, done in answers:
@@ -316,8 +335,13 @@ class TankService:
                 raise
             immediate = immediate or any(not eop for _r, _c, eop in entries)
         if immediate:
-            await self._send_consume(c, req, answers)
+            if room is not None:  # what its chunks hold in memory (not what sendfile sends)
+                room.keep(sum(ch.in_memory for _t, entries in answers for _r, ch, _e in entries
+                              if ch is not None))
+            await self._send_consume(c, req, answers, room)
             return
+        if room is not None:
+            room.release()  # nothing read: the long poll reserves again once woken
         poll = Poll()
         task = asyncio.get_running_loop().create_task(self._long_poll(c, req, answers, poll))
         c.polls[task] = poll
@@ -338,12 +362,29 @@ class TankService:
         deadline = time.monotonic() + normalise_max_wait(req.max_wait)
         min_bytes = min(req.min_bytes, MAX_FETCH, CONSUME_MAX_BYTES)  # a full answer is enough
         starts = {(t.name, r.partition): r.hwmark for t, entries in answers for r, _c, _e in entries}
+        budget = c.conn.answers
+        room = Room(budget) if budget is not None else None
+        try:
+            await self._wait_in_room(c, req, answers, poll, deadline, min_bytes, starts, room)
+        finally:
+            if room is not None:
+                room.release()
+
+    async def _wait_in_room(self, c: TankConnection, req: m.Consume | m.ConsumePeer, answers: Answers,
+                            poll: Poll, deadline: float, min_bytes: int,
+                            starts: dict[tuple[str, int], int], room: Room | None) -> None:
+        """``_wait_and_answer``'s wait: each wake reads in the answer's room (answers.py), which
+        it gives back before it waits again."""
         while True:
             # The partitions' waiters are registered before their ends are read, so an append
             # between the check and the wait (a produce pipelined behind this consume) wakes it.
             poll.waiting = False
             poll.armed = self.broker.data_waiters(starts)
             try:
+                if room is not None:
+                    waiting = room.claim(CONSUME_MAX_BYTES)
+                    if waiting is not None:
+                        await waiting
                 grown: dict[tuple[str, int], Chunk] = {}
                 total = 0
                 for (topic, p), last in starts.items():
@@ -371,6 +412,8 @@ class TankService:
                     break
                 for dropped in grown.values():  # not sent: read again after the wait
                     dropped.release()
+                if room is not None:
+                    room.release()
                 if left <= 0 or self.broker.closing:
                     grown = {}
                     break
@@ -403,11 +446,15 @@ class TankService:
                     rows.append((m.ConsumePartitionResult(r.partition, flags, ch.base_seq, hw), ch, False))
                     self._count_out(t.name, r.partition, starts[key] + 1, ch)
             out.append((t, rows))
+        if room is not None:
+            room.keep(sum(ch.in_memory for ch in grown.values()))
         with contextlib.suppress(ConnectionError):
-            await self._send_consume(c, req, out)
+            await self._send_consume(c, req, out, room)
 
     async def _send_consume(self, c: TankConnection, req: m.Consume | m.ConsumePeer,
-                            answers: Answers) -> None:
+                            answers: Answers, room: Room | None) -> None:
+        """Write the answer (its header, then each chunk); its chunks' leases end, and ``room`` is
+        given back, once it has left."""
         topics: list[m.ConsumeTopicAnswer] = []
         chunks: list[Chunk] = []
         lengths: list[int] = []
@@ -435,6 +482,8 @@ class TankService:
         finally:  # the segment files' leases end: one removed meanwhile is closed now
             for ch in chunks:
                 ch.release()
+            if room is not None:
+                room.release()
 
     # -- admin ---------------------------------------------------------------------------------
 

@@ -98,6 +98,11 @@ class Chunk:
         self.pieces.append(piece)
         self.length += piece.length if isinstance(piece, FileRange) else len(piece)
 
+    @property
+    def in_memory(self) -> int:
+        """The bytes held in memory until sent (file ranges are sent from the file)."""
+        return sum(len(p) for p in self.pieces if not isinstance(p, FileRange))
+
     def release(self) -> None:
         """The chunk is sent (or dropped): its files' leases end."""
         for span in self.spans:

@@ -15,6 +15,11 @@ the replies of one pass of its event loop before it sleeps.
   did not take (a peer that does not keep up); else it returns and the pass's callback sends it.
 * ``flush`` hands the buffer over now (a sender that writes on the socket itself, zerocopy.py;
   ``close``).
+* **A write deadline.** ``drain`` waits for a peer that reads; one that does not would hold the
+  reply's bytes (and its share of the answer budget, answers.py) for ever. With ``deadline_s``,
+  at least ``min_progress`` bytes (or all of them) must leave within every ``deadline_s``, or
+  ``SlowReader`` is raised and the connection closed: the mirror of the read deadline
+  (server/base.py), ``request_timeout_s`` and 500 bytes a second.
 
 Order is kept: every byte of the connection goes through the one buffer.
 """
@@ -27,11 +32,18 @@ from typing import Any
 FLUSH_BYTES = 64 * 1024  # buffered past this, drain() sends at once and waits for the transport
 
 
+class SlowReader(TimeoutError):
+    """The peer did not read its replies fast enough (the write deadline)."""
+
+
 class CoalescingWriter:
     """A ``StreamWriter`` whose writes leave once per event-loop pass (module docstring)."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, *, deadline_s: float | None = None,
+                 min_progress: int = 0) -> None:
         self._writer = writer
+        self.deadline_s = deadline_s
+        self.min_progress = min_progress
         self._pieces: list[bytes | bytearray | memoryview] = []
         self._size = 0
         self._scheduled = False
@@ -89,9 +101,26 @@ class CoalescingWriter:
             # a large buffer, or a peer that does not keep up (the transport holds what the
             # socket did not take): hand it over and wait as asyncio's drain does
             self.flush()
-            await self._writer.drain()
+            await self._drained()
         elif not self._pieces:
-            await self._writer.drain()  # raises if the connection was lost, waits if paused
+            await self._drained()  # raises if the connection was lost, waits if paused
+
+    async def _drained(self) -> None:
+        """asyncio's drain, within the write deadline (module docstring)."""
+        if self.deadline_s is None:
+            await self._writer.drain()
+            return
+        transport = self._writer.transport
+        while True:
+            before = transport.get_write_buffer_size()
+            try:
+                async with asyncio.timeout(self.deadline_s):
+                    await self._writer.drain()
+                return
+            except TimeoutError:
+                left = transport.get_write_buffer_size()
+                if before - left < min(before, self.min_progress):
+                    raise SlowReader(f"{left} bytes of replies not read in {self.deadline_s:g} s") from None
 
     def close(self) -> None:
         self.flush()
@@ -119,4 +148,4 @@ class CoalescingWriter:
         self.transport = self._writer.transport
 
 
-__all__ = ["FLUSH_BYTES", "CoalescingWriter"]
+__all__ = ["FLUSH_BYTES", "CoalescingWriter", "SlowReader"]

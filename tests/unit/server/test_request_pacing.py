@@ -252,7 +252,7 @@ def _tank_conn() -> tuple[TankConnection, bytearray]:
         return None
 
     writer = SimpleNamespace(write=data.extend, drain=drained)
-    return TankConnection(SimpleNamespace(peer="127.0.0.1:40000", busy=0, writer=writer)), data  # type: ignore[arg-type]
+    return TankConnection(SimpleNamespace(peer="127.0.0.1:40000", busy=0, writer=writer, answers=None)), data  # type: ignore[arg-type]
 
 
 def _tank_bundle(value: bytes) -> bytes:

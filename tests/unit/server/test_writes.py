@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 import uvloop
 
 from bayou.server import zerocopy
-from bayou.server.writes import FLUSH_BYTES, CoalescingWriter
+from bayou.server.writes import FLUSH_BYTES, CoalescingWriter, SlowReader
 
 Serve = Callable[[CoalescingWriter, list[bytes]], Awaitable[None]]
 
@@ -212,3 +213,74 @@ def test_a_peer_that_does_not_read_stops_the_writer(loop_kind: str) -> None:
     assert stalled_at < 8 * 1024 * 1024  # it stopped long before writing the 20 MiB
     assert largest <= 1024 * 1024  # the transport never held more than its limits allow
     assert all_read
+
+
+@LOOPS
+def test_a_peer_that_stops_reading_is_cut_off_by_the_write_deadline(loop_kind: str) -> None:
+    """A reply the peer never reads held its bytes (and its share of the answer budget,
+    server/answers.py) for ever: with a deadline, drain raises SlowReader once ``min_progress``
+    bytes have not left within it; a peer that reads slowly but steadily is served to the end."""
+
+    async def main() -> tuple[float, bool]:
+        outcome: dict[str, object] = {}
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            out = CoalescingWriter(writer, deadline_s=0.3, min_progress=4096)
+            started = asyncio.get_running_loop().time()
+            try:
+                out.write(b"r" * (8 << 20))  # past what the sockets' buffers hold
+                await out.drain()
+                outcome["drained"] = True
+            except TimeoutError as exc:
+                outcome["error"] = exc
+            outcome["after"] = asyncio.get_running_loop().time() - started
+            out.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        deadline = asyncio.get_running_loop().time() + 10
+        while "after" not in outcome and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)  # the client reads nothing
+        sock.close()
+        server.close()
+        return float(outcome["after"]), isinstance(outcome.get("error"), SlowReader)  # type: ignore[arg-type]
+
+    after, slow = (uvloop.run if loop_kind == "uvloop" else asyncio.run)(main())
+    assert slow and 0.25 <= after < 5
+
+
+@LOOPS
+def test_a_slow_but_steady_reader_is_served_to_the_end(loop_kind: str) -> None:
+    async def main() -> tuple[int, bool]:
+        outcome: dict[str, object] = {}
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            out = CoalescingWriter(writer, deadline_s=0.3, min_progress=4096)
+            try:
+                out.write(b"s" * (8 << 20))
+                await out.drain()
+                outcome["drained"] = True
+            except TimeoutError as exc:
+                outcome["error"] = exc
+            out.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        got = 0
+        while True:  # about 4 MB/s: far below the sender, far above 4 KiB in 0.3 s
+            chunk = await asyncio.wait_for(reader.read(256 * 1024), 10)
+            if not chunk:
+                break
+            got += len(chunk)
+            await asyncio.sleep(0.05)
+        writer.close()
+        server.close()
+        return got, bool(outcome.get("drained"))
+
+    got, drained = (uvloop.run if loop_kind == "uvloop" else asyncio.run)(main())
+    assert drained and got == 8 << 20

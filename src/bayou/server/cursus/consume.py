@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+from functools import partial
 
 from bayou.broker.window import Stored, window
 from bayou.errors import BayouError, CorruptStorage, OffsetOutOfRange, OffsetRegression
@@ -23,10 +24,12 @@ from bayou.records.cursus import (
     message_starts,
     record_to_message,
 )
+from bayou.server.answers import Room, answer_room
 from bayou.server.base import Connection
 from bayou.server.cursus.context import ConnState, Context, err
 from bayou.server.workers import decode_stored
 
+READ_MAX_BYTES = 8 << 20  # what one CONSUME or STREAM push reads (a batch at least)
 STREAM_KEEPALIVE_S = 5.0
 STREAM_COMMIT_S = 5.0
 _SEQ = struct.Struct(">Q")
@@ -39,16 +42,24 @@ class ConsumeHandlers:
         self.streams: dict[str, asyncio.Task[object]] = {}  # "topic:partition:group" -> its pushing task
 
     async def _read_messages(self, topic: str, partition: int, offset: int, limit: int,
-                             wait_ms: int) -> tuple[bytes, int, int, int, int]:
+                             wait_ms: int, room: Room | None = None) -> tuple[bytes, int, int, int, int]:
         """Up to ``limit`` messages from ``offset``: (message bytes, count, first seq, last seq,
-        next offset)."""
-        res = await self.broker.fetch(topic, partition, offset, max_bytes=8 << 20, max_records=limit,
-                                      max_wait_ms=wait_ms)
+        next offset). ``room``: reserved before the read (after the wait) and kept at the
+        answer's size (server/answers.py)."""
+        reserve = None if room is None else partial(room.claim, READ_MAX_BYTES)
+        res = await self.broker.fetch(topic, partition, offset, max_bytes=READ_MAX_BYTES, max_records=limit,
+                                      max_wait_ms=wait_ms, before_read=reserve)
+        out = await self._messages(res.data, offset, limit)
+        if room is not None:
+            room.keep(len(out[0]))
+        return out
+
+    async def _messages(self, data: bytes, offset: int, limit: int) -> tuple[bytes, int, int, int, int]:
+        """``_read_messages``'s answer from the batches read."""
         chunks: list[bytes] = []
         count = 0
         first_seq = last_seq = 0
         next_offset = offset
-        data = res.data
         if limit <= 0:
             return b"", count, first_seq, last_seq, next_offset
 
@@ -124,7 +135,8 @@ class ConsumeHandlers:
             # records it has already processed.
             start = req.offset if committed is None else max(committed, req.offset)
         try:
-            messages, count, s0, s1, nxt = await self._read_messages(topic, p, start, req.batch, req.wait_ms)
+            messages, count, s0, s1, nxt = await self._read_messages(topic, p, start, req.batch, req.wait_ms,
+                                                                     answer_room())
         except OffsetOutOfRange:  # below the start, also when retention moved it during the read
             earliest, latest = self.broker.partition_bounds(topic, p)
             raise err("OFFSET_OUT_OF_RANGE", ("requested", start), ("earliest", earliest),
@@ -168,12 +180,15 @@ class ConsumeHandlers:
         committed = position
         eof = loop.create_task(conn.reader.read(1))  # any inbound byte or EOF ends the stream
         reason = "stopped"
+        room = Room(conn.answers) if conn.answers is not None else None  # each push's, until sent
         try:
             while not eof.done():
+                if room is not None:
+                    room.release()  # the push before has left (drained below)
                 wait = max(0.0, min(next_keepalive, next_commit) - loop.time())
                 try:
                     messages, count, s0, s1, nxt = await self._read_messages(
-                        topic, p, position, limit, int(wait * 1000))
+                        topic, p, position, limit, int(wait * 1000), room)
                 except OffsetOutOfRange:
                     earliest, latest = self.broker.partition_bounds(topic, p)
                     conn.writer.write(encode_frame(
@@ -204,6 +219,8 @@ class ConsumeHandlers:
             raise
         finally:
             eof.cancel()
+            if room is not None:
+                room.release()
             if position != committed and auto_commit:
                 with contextlib.suppress(Exception):
                     await self._auto_commit(group, topic, p, position, committed)

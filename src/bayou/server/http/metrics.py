@@ -212,6 +212,14 @@ class BrokerCollector(Collector):
                      limits.max_inflight_bytes)
         yield _gauge("bayou_inflight_request_waiters", "Connections waiting for the byte budget.",
                      budget.waiting if budget is not None else 0)
+        answers = admission.answers if admission is not None else None
+        yield _gauge("bayou_inflight_answer_bytes",
+                     "Bytes fetch answers hold or have reserved until sent (the answer budget).",
+                     answers.used if answers is not None else 0)
+        yield _gauge("bayou_inflight_answer_bytes_max", "The answer budget (max_answer_bytes).",
+                     limits.max_answer_bytes)
+        yield _gauge("bayou_inflight_answer_waiters", "Requests waiting for the answer budget.",
+                     answers.waiting if answers is not None else 0)
         handles = server.broker.store.handles
         yield _gauge("bayou_log_open_files", "Segment and index files open in the handle cache.",
                      handles.open_count)

@@ -26,6 +26,7 @@ from bayou.protocols.iggy.wire import U32
 from bayou.records.batch import HEADER_SIZE, BatchHeader, iter_batches
 from bayou.records.iggy import FORMAT_IGGY, append_time_us, frame_positions, frame_stride
 from bayou.records.model import Record
+from bayou.server.answers import Room, answer_room
 from bayou.server.iggy.catalog import StreamEntry, TopicEntry
 from bayou.server.iggy.context import Context, Session
 from bayou.server.iggy.groups import GroupHandlers
@@ -67,7 +68,7 @@ class FetchHandlers:
         return (p if p in owned else None), False
 
     async def poll(self, s: Session, req: m.PollMessages) -> bytes | m.PolledMessages:
-        reply, empty, target = await self._poll(s, req)
+        reply, empty, target = await self._poll(s, req, room=answer_room())
         wait_ms = min(req.max_wait_ms, WAIT_MAX_MS) if isinstance(req, m.PollBatches) else 0
         if not empty or wait_ms <= 0 or self.broker.closing:
             return reply
@@ -86,7 +87,7 @@ class FetchHandlers:
             # nothing to wait on here: a group member without partitions or naming none, a
             # partition read at its leader
             await asyncio.sleep(min(wait_ms, REMOTE_WAIT_MS) / 1000)  # a client looping on it does not spin
-            return (await self._poll(s, req))[0]
+            return (await self._poll(s, req, room=answer_room()))[0]
         topic, p, start = target
         await self.broker.known_records_end(topic, p)
         polled_again = False
@@ -107,16 +108,18 @@ class FetchHandlers:
             finally:
                 for fut in waiters:
                     fut.cancel()
-            reply, empty, target = await self._poll(s, req)
+            reply, empty, target = await self._poll(s, req, room=answer_room())
             polled_again = True
             if not empty or target is None:
                 return reply
             topic, p, start = target
 
-    async def _poll(self, s: Session, req: m.PollMessages, *, max_bytes: int | None = None
+    async def _poll(self, s: Session, req: m.PollMessages, *, max_bytes: int | None = None,
+                    room: Room | None = None
                     ) -> tuple[bytes | m.PolledMessages, bool, tuple[str, int, int] | None]:
         """The poll's reply; whether it holds no message; and when it does not because its start
-        is at the log end, what a wait would watch (topic, partition, start; None: nothing)."""
+        is at the log end, what a wait would watch (topic, partition, start; None: nothing).
+        ``room``: the answer room its read reserves from (answers.py; None: the caller's)."""
         stream, topic = await self.ctx.resolve(req.stream, req.topic)
         self.ctx.permit(s, "poll", stream.id, topic.id)
         dialect = s.dialect or Dialect.LEGACY
@@ -164,7 +167,7 @@ class FetchHandlers:
         layout = Dialect.VSR if isinstance(req, m.PollBatches) else dialect
         parts, count, last = await self._read(topic.topic, p, out_pid, start, req.count, hw, layout,
                                               not_before_us, remote=remote, envelope=s.envelopes,
-                                              max_bytes=max_bytes)
+                                              max_bytes=max_bytes, room=room)
         if req.auto_commit and count:
             await self.broker.commit_offset(key, topic.topic, p, last + 1)
         # nothing read past the start (transaction markers only): a wait goes on from there
@@ -188,6 +191,9 @@ class FetchHandlers:
                 for t in req.topics)))
         out = [U32.pack(sum(len(t.partitions) for t in req.topics))]
         left = POLL_MAX_BYTES
+        room = answer_room()
+        if room is not None:  # the whole answer's, before its reads (answers.py)
+            await room.reserve(POLL_MAX_BYTES)
         done = 0
         for t in req.topics:
             for p, offset, count in t.partitions:
@@ -202,6 +208,8 @@ class FetchHandlers:
                 left -= len(reply) - POLL_PREFIX.size
                 out.append(U32.pack(len(reply)))
                 out.append(reply)
+        if room is not None:
+            room.keep(POLL_MAX_BYTES - left)
         return b"".join(out)
 
     async def wait(self, s: Session, req: m.WaitForMessages) -> bytes:
@@ -258,13 +266,19 @@ class FetchHandlers:
 
     async def _read(self, topic: str, p: int, out_pid: int, start: int, count: int, hw: int,
                     dialect: Dialect, not_before_us: int, *, remote: bool = False,
-                    envelope: bool = False, max_bytes: int | None = None) -> tuple[list[Any], int, int]:
+                    envelope: bool = False, max_bytes: int | None = None,
+                    room: Room | None = None) -> tuple[list[Any], int, int]:
         """Up to ``count`` messages from ``start``: reply parts (bytes for L and V, PolledMessage
         for D), how many, and the last offset. ``remote``: read at the partition's leader.
         ``max_bytes`` (at most POLL_MAX_BYTES, the default): the bytes read, and the bytes of the
         answer, stop there (a batch at least: records converted from a compressed batch may be
-        many times its stored size)."""
+        many times its stored size). ``room``: reserves ``max_bytes`` before the reads and keeps
+        what the answer holds (answers.py)."""
         budget = POLL_MAX_BYTES if max_bytes is None else min(max_bytes, POLL_MAX_BYTES)
+        if room is not None:
+            waiting = room.claim(budget)
+            if waiting is not None:
+                await waiting
         parts: list[Any] = []
         taken = 0
         last = start - 1
@@ -340,6 +354,8 @@ class FetchHandlers:
                     break
             if offset == before:  # nothing below hw in what came back (retention moved the start past it)
                 break
+        if room is not None:
+            room.keep(max(read, answered))
         return parts, taken, last
 
 
