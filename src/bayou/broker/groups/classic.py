@@ -20,7 +20,8 @@ import contextlib
 import enum
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from bayou.errors import (
@@ -98,9 +99,19 @@ class ClassicMember:
     assignment: bytes = b""
     join: asyncio.Future[JoinResult] | None = None
     sync: asyncio.Future[bytes] | None = None
+    by_name: dict[str, bytes] = field(default_factory=dict)  # protocols by name (the first of a name)
+
+    def __post_init__(self) -> None:
+        self.set_protocols(self.protocols)
+
+    def set_protocols(self, protocols: tuple[tuple[str, bytes], ...]) -> None:
+        """The member's protocols in its order, and by name: a JoinGroup may list a hundred
+        thousand (its frame may be 100 MiB), and every check against them is a lookup."""
+        self.protocols = protocols
+        self.by_name = dict(reversed(protocols))  # reversed: a name listed twice keeps its first
 
     def metadata(self, protocol: str) -> bytes:
-        return next((meta for name, meta in self.protocols if name == protocol), b"")
+        return self.by_name.get(protocol, b"")
 
 
 @dataclass(slots=True)
@@ -138,6 +149,15 @@ class ClassicDescription:
     members: tuple[MemberDescription, ...]
 
 
+def _common(members: Iterable[ClassicMember]) -> AbstractSet[str]:
+    """The protocol names every one of ``members`` lists (a set operation: linear in the lists,
+    where a scan per name was quadratic, 0.55 s for two members of 4,000 names)."""
+    names = sorted((m.by_name for m in members), key=len)
+    if len(names) == 1:
+        return names[0].keys()
+    return set(names[0]).intersection(*names[1:])
+
+
 def _fail(fut: asyncio.Future[object] | asyncio.Future[bytes] | asyncio.Future[JoinResult] | None,
           exc: Exception) -> None:
     if fut is not None and not fut.done():
@@ -169,8 +189,7 @@ class ClassicGroups:
         self._expire(g)
         if g.members and protocol_type != g.protocol_type:
             raise InconsistentGroupProtocol(f"group {group} runs protocol type {g.protocol_type!r}")
-        if g.members and not any(all(any(p == name for p, _m in m.protocols) for m in g.members.values())
-                                 for name, _meta in protocols):
+        if g.members and _common(g.members.values()).isdisjoint(name for name, _meta in protocols):
             raise InconsistentGroupProtocol(f"no protocol of the member is one every member of {group} has")
         now = self.clock()
         if member_id:
@@ -185,7 +204,7 @@ class ClassicGroups:
                                    rebalance_timeout_ms, tuple(protocols), now, group_instance_id)
             g.members[member_id] = member
         else:
-            member.protocols = tuple(protocols)
+            member.set_protocols(tuple(protocols))
             member.session_timeout_ms = session_timeout_ms
             member.rebalance_timeout_ms = rebalance_timeout_ms
             member.last_seen = now
@@ -335,8 +354,8 @@ class ClassicGroups:
         if g.leader not in g.members:
             g.leader = next(iter(g.members))
         leader = g.members[g.leader]
-        chosen = next((name for name, _meta in leader.protocols
-                       if all(any(p == name for p, _m in m.protocols) for m in g.members.values())), None)
+        common = _common(g.members.values())
+        chosen = next((name for name, _meta in leader.protocols if name in common), None)
         g.fire(ClassicEvent.JOIN_COMPLETED)
         if chosen is None:  # checked at each join; members changed their lists meanwhile
             for m in g.members.values():
