@@ -31,7 +31,7 @@ from bayou.broker.coordination import (
     Topology,
 )
 from bayou.broker.groups.classic import ClassicGroups
-from bayou.broker.groups.coordinator import GroupCoordinator
+from bayou.broker.groups.coordinator import GroupCoordinator, render_snapshot
 from bayou.broker.metadata import ClusterMetadata
 from bayou.broker.model import Topic
 from bayou.broker.partition import Partition
@@ -54,7 +54,8 @@ class BrokerContext:
         self.groups = GroupCoordinator(config.group_session_timeout_ms, self.partition_count)
         self.groups_file = StateFile(config.data_dir / "groups.json", self.groups.groups_json)
         self.classic_groups = ClassicGroups()  # Kafka's (broker/groups/classic.py)
-        self.offsets_file = StateFile(config.data_dir / "offsets.json", self.groups.offsets_json)
+        self.offsets_file = StateFile(config.data_dir / "offsets.json", self.groups.offsets_snapshot,
+                                      render_snapshot)  # a large table is encoded off the event loop
         self.io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="bayou-io")
         self.admin_lock = asyncio.Lock()  # topic changes, one at a time
         self.closing = False

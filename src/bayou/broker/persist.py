@@ -2,6 +2,11 @@
 
 Many changes in a burst (commits from several consumers) share one write: ``save()`` returns when
 a snapshot taken after the caller's change is on disk.
+
+With ``render``, the snapshot taken on the event loop is a cheap copy of the state and ``render``
+turns it into the file's bytes in the writer's thread: the offsets of every group (140,000 of them
+took 410 ms to sort and encode, on the loop, at every save while consumers committed) are then
+copied on the loop (a few ms) and encoded beside it.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bayou.errors import StorageError
 from bayou.storage.fsutil import atomic_write
@@ -18,9 +24,11 @@ log = logging.getLogger("bayou.broker")
 
 
 class StateFile:
-    def __init__(self, path: Path, snapshot: Callable[[], bytes]) -> None:
+    def __init__(self, path: Path, snapshot: Callable[[], Any],
+                 render: Callable[[Any], bytes] | None = None) -> None:
         self.path = path
-        self.snapshot = snapshot
+        self.snapshot = snapshot  # the file's bytes, or with ``render`` a copy of the state
+        self.render = render
         self._version = 0
         self._written = 0
         self._failed = 0  # the newest version whose write attempt failed
@@ -51,7 +59,7 @@ class StateFile:
             v = self._version
             try:
                 data = self.snapshot()
-                await loop.run_in_executor(None, atomic_write, self.path, data)
+                await loop.run_in_executor(None, self._write, data)
             except Exception:
                 log.exception("could not write %s", self.path)
                 self._failed = v
@@ -65,9 +73,12 @@ class StateFile:
             async with cond:
                 cond.notify_all()
 
+    def _write(self, state: Any) -> None:
+        atomic_write(self.path, state if self.render is None else self.render(state))
+
     def write_now(self) -> None:
         """Synchronous final write (shutdown)."""
-        atomic_write(self.path, self.snapshot())
+        self._write(self.snapshot())
         self._written = self._version
 
     def load(self) -> bytes | None:

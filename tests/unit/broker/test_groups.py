@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from bayou.broker.groups import coordinator
 from bayou.broker.groups.assignors import range_assignor, round_robin
-from bayou.broker.groups.coordinator import GroupCoordinator
+from bayou.broker.groups.coordinator import GroupCoordinator, render_offsets
 from bayou.broker.groups.state import GroupEvent, GroupState, IllegalTransition, transition
 from bayou.errors import GroupNotFound, IllegalGeneration, PartitionNotAssigned, UnknownMember
 
@@ -129,3 +132,35 @@ def test_load_tolerates_nulls_and_bad_generation() -> None:
                   b'"assignments":null,"members":null}}')
     d = c.describe("g")
     assert d.generation == 1 and d.assignor == "round_robin" and d.members == ()
+
+
+def _offsets_json_reference(offsets: dict[tuple[str, str, int], int]) -> bytes:
+    """offsets.json as it was written before it was rendered a group at a time (one json.dumps)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for (group, topic, partition), off in sorted(offsets.items()):
+        out.setdefault(group, {}).setdefault(topic, {})[str(partition)] = off
+    text = json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return (text + "\n").encode("utf-8", "backslashreplace")
+
+
+_NAMES = st.text(alphabet=st.sampled_from(["a", "b", "<", "&", ">", "\u2028", "\udcff", "é", '"', "\\"]),
+                 max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.tuples(_NAMES, _NAMES, st.integers(0, 300)), st.integers(-1, 2**62), max_size=40),
+       st.sampled_from([1, 3, 7, 2048]))
+def test_offsets_json_rendered_a_group_at_a_time_is_byte_for_byte_what_it_was(
+        offsets: dict[tuple[str, str, int], int], chunk: int) -> None:
+    """A large table is rendered in chunks of about ``_RENDER_CHUNK`` offsets (set small here)."""
+    saved = coordinator._RENDER_CHUNK
+    coordinator._RENDER_CHUNK = chunk
+    try:
+        assert render_offsets(offsets) == _offsets_json_reference(offsets)
+    finally:
+        coordinator._RENDER_CHUNK = saved
+    c = GroupCoordinator(10_000, lambda _t: 1)
+    c.load_offsets(render_offsets(offsets))
+    assert c.offsets == offsets
