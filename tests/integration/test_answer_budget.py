@@ -123,3 +123,24 @@ async def tank_reader_served(port: int) -> bool:
     (topic,) = resp.topics
     assert isinstance(topic, tank.ConsumeTopicResult)
     return len(topic.partitions[0].chunk) >= ASK
+
+
+async def test_a_tank_long_poll_whose_answer_is_not_read_closes_the_connection(server: BayouServer) -> None:
+    """The answer of a woken TANK long poll is written by the poll's own task: a reader too slow
+    for the write deadline was logged as a task error and the connection kept, its transport
+    holding the bytes of every answer after it; it is closed now, as for the other requests."""
+    listener = server.listeners["tank"]
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, ("127.0.0.1", listener.port))
+    msg_id, payload = tank_codec.encode_request(tank.Consume(
+        1, (tank.ConsumeTopic("big", (tank.ConsumePartition(0, 2**64 - 1, ASK),)),), max_wait=10_000))
+    await loop.sock_sendall(sock, bytes([msg_id]) + len(payload).to_bytes(4, "little") + payload)
+    await until(lambda: len(listener.connections) == 1)
+    for _ in range(8):  # 8 MiB appended: the woken poll's answer, never read
+        await server.broker.produce("big", 0, encode_batch([Record(os.urandom(MIB - 100), None, 1)]))
+    await until(lambda: not listener.connections)  # the write deadline (request_timeout_s: 1 s)
+    assert server.admission.answers.used == 0
+    sock.close()

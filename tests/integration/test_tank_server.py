@@ -372,3 +372,24 @@ async def test_a_long_poll_woken_past_the_bound_sends_the_rest_on_the_next_consu
     p = await consume(c, "lpb", 1, p1.hwmark + 1)  # what a tail consumer asks next
     assert messages(p) == [(2, b"p1-new")]
     await c.close()
+
+
+async def test_a_long_poll_listing_a_partition_again_gets_its_chunk_once(server: BayouServer) -> None:
+    """A woken long poll keyed its new chunks by partition and sent the same chunk in every entry
+    that listed it: 40 entries of one partition made a 160 MiB answer of 4 MiB appended."""
+    c = await conn(server)
+    assert await create(c, "dup") == 0
+    entries = tuple(m.ConsumePartition(0, U64, 1 << 20) for _ in range(5))
+    poll = m.Consume(5, (m.ConsumeTopic("dup", entries),), max_wait=10_000)
+    new = m.Produce(6, (m.ProduceTopic("dup", (m.ProduceEntry(0, bundle(b"once")),)),))
+    await c.send(b"".join(bytes([rid]) + len(body).to_bytes(4, "little") + body
+                          for rid, body in map(codec.encode_request, (poll, new))))
+    frames = [await c.frame(timeout=5.0) for _ in range(2)]
+    (answer,) = [codec.decode_response(rid, body, request=poll) for rid, body in frames if rid == 0x2]
+    assert isinstance(answer, m.ConsumeResponse)
+    (topic,) = answer.topics
+    assert isinstance(topic, m.ConsumeTopicResult)
+    first, *again = topic.partitions
+    assert messages(first) == [(1, b"once")]
+    assert all((p.chunk, p.hwmark) == (b"", 0) for p in again)  # asked again from the same place
+    await c.close()

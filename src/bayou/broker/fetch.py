@@ -79,6 +79,7 @@ class FetchPath:
                         before_read = None
                         if waiting is not None:
                             await waiting
+                            self.ctx.check_serving(part)  # deleted meanwhile: told as after a wait
                             continue  # the bounds again, after that wait
                     try:  # bytes in the page cache (a reader at the tail) are read here, at once
                         r = self._read(part, offset, max_bytes, hw, max_records, nowait=True)

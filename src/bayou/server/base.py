@@ -106,7 +106,8 @@ class ByteBudget:
             if fut.done() and not fut.cancelled():
                 self.release(n)  # granted just as the connection was cancelled
             else:
-                self._waiters.remove(entry)
+                with contextlib.suppress(ValueError):  # _grant may have dropped it already
+                    self._waiters.remove(entry)
                 self._grant()
             raise
 
@@ -120,8 +121,14 @@ class ByteBudget:
         self.used += n
 
     def _grant(self) -> None:
-        while self._waiters and self.used + self._waiters[0][0] <= self.total:
-            n, fut = self._waiters.popleft()
+        while self._waiters:
+            n, fut = self._waiters[0]
+            if fut.done():  # cancelled, its task not yet resumed: never granted, nothing to count
+                self._waiters.popleft()
+                continue
+            if self.used + n > self.total:
+                return
+            self._waiters.popleft()
             self.used += n
             fut.set_result(None)
 

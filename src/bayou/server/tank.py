@@ -15,7 +15,6 @@ reply, as TANK does; nothing stored changes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import math
@@ -381,18 +380,18 @@ class TankService:
             poll.waiting = False
             poll.armed = self.broker.data_waiters(starts)
             try:
-                if room is not None:
-                    waiting = room.claim(CONSUME_MAX_BYTES)
-                    if waiting is not None:
-                        await waiting
                 grown: dict[tuple[str, int], Chunk] = {}
                 total = 0
+                claimed = room is None
                 for (topic, p), last in starts.items():
                     if topic not in self.broker.topics or p >= self.broker.partition_count(topic):
                         continue
                     if total >= CONSUME_MAX_BYTES:
                         break  # the answer is full: the partitions after it say "nothing new" this time
                     if last_assigned(self.broker, topic, p) > last:
+                        if not claimed:  # before the first read (answers.py)
+                            claimed = True
+                            await self._claim(room, poll)  # type: ignore[arg-type]
                         try:
                             chunk = await read_chunk(self.broker, topic, p, last + 1,
                                                      min(MAX_FETCH, CONSUME_MAX_BYTES - total))
@@ -434,7 +433,7 @@ class TankService:
                 hw = (last_assigned(self.broker, t.name, r.partition)
                       if t.name in self.broker.topics and r.partition < self.broker.partition_count(t.name)
                       else r.hwmark)
-                ch = grown.get(key)
+                ch = grown.pop(key, None)  # a partition listed again gets its chunk once
                 if ch is None:
                     # not sent (nothing new, or the answer was full): the hwmark seen when the
                     # wait began, or lower, so a tail consumer (which goes on at hwmark + 1 after
@@ -446,10 +445,32 @@ class TankService:
                     rows.append((m.ConsumePartitionResult(r.partition, flags, ch.base_seq, hw), ch, False))
                     self._count_out(t.name, r.partition, starts[key] + 1, ch)
             out.append((t, rows))
+        for unsent in grown.values():  # (none: every chunk's key is listed)
+            unsent.release()
         if room is not None:
-            room.keep(sum(ch.in_memory for ch in grown.values()))
-        with contextlib.suppress(ConnectionError):
+            room.keep(sum(ch.in_memory for _t, rows in out for _r, ch, _e in rows if ch is not None))
+        try:
             await self._send_consume(c, req, out, room)
+        except ConnectionError:
+            pass
+        except Exception as exc:  # a reader too slow (SlowReader), or anything that cut the answer
+            # short: the header promised chunk bytes, so the stream is out of step; close it
+            log.info("closing TANK connection: %s", exc or type(exc).__name__, extra={"peer": c.conn.peer})
+            c.conn.writer.transport.abort()
+
+    @staticmethod
+    async def _claim(room: Room, poll: Poll) -> None:
+        """A woken long poll's answer room. While it waits for the budget the poll is not
+        deciding, so a Produce on its connection is not held back by other clients' answers."""
+        waiting = room.claim(CONSUME_MAX_BYTES)
+        if waiting is None:
+            return
+        armed, poll.armed, poll.waiting = poll.armed, [], True
+        poll.settle()
+        try:
+            await waiting
+        finally:
+            poll.armed, poll.waiting = armed, False
 
     async def _send_consume(self, c: TankConnection, req: m.Consume | m.ConsumePeer,
                             answers: Answers, room: Room | None) -> None:

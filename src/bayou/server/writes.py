@@ -19,7 +19,9 @@ the replies of one pass of its event loop before it sleeps.
   reply's bytes (and its share of the answer budget, answers.py) for ever. With ``deadline_s``,
   at least ``min_progress`` bytes (or all of them) must leave within every ``deadline_s``, or
   ``SlowReader`` is raised and the connection closed: the mirror of the read deadline
-  (server/base.py), ``request_timeout_s`` and 500 bytes a second.
+  (server/base.py), ``request_timeout_s`` and 500 bytes a second. What has not left counts the
+  kernel's send queue too (SIOCOUTQ): the transport's own buffer shrinks only when the kernel
+  frees a third of its send buffer, which a client reading 20 KB/s took longer than 30 s to do.
 
 Order is kept: every byte of the connection goes through the one buffer.
 """
@@ -27,7 +29,16 @@ Order is kept: every byte of the connection goes through the one buffer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 from typing import Any
+
+try:  # the kernel's unsent bytes of a socket (Linux: SIOCOUTQ, the same number as TIOCOUTQ)
+    import fcntl
+    import termios
+    _OUTQ: int | None = termios.TIOCOUTQ
+except (ImportError, AttributeError):  # not on this platform: the transport's buffer alone
+    _OUTQ = None
 
 FLUSH_BYTES = 64 * 1024  # buffered past this, drain() sends at once and waits for the transport
 
@@ -110,17 +121,27 @@ class CoalescingWriter:
         if self.deadline_s is None:
             await self._writer.drain()
             return
-        transport = self._writer.transport
         while True:
-            before = transport.get_write_buffer_size()
+            before = self._unsent()
             try:
                 async with asyncio.timeout(self.deadline_s):
                     await self._writer.drain()
                 return
             except TimeoutError:
-                left = transport.get_write_buffer_size()
+                left = self._unsent()
                 if before - left < min(before, self.min_progress):
                     raise SlowReader(f"{left} bytes of replies not read in {self.deadline_s:g} s") from None
+
+    def _unsent(self) -> int:
+        """Bytes written that the peer has not taken: the transport's buffer and the kernel's
+        send queue (Linux SIOCOUTQ; elsewhere the buffer alone)."""
+        transport = self._writer.transport
+        n = transport.get_write_buffer_size()
+        sock = transport.get_extra_info("socket")
+        if sock is not None and _OUTQ is not None:
+            with contextlib.suppress(OSError, ValueError):
+                n += int.from_bytes(fcntl.ioctl(sock.fileno(), _OUTQ, bytes(4)), sys.byteorder, signed=True)
+        return n
 
     def close(self) -> None:
         self.flush()

@@ -78,3 +78,19 @@ def test_admission_per_address() -> None:
 def test_limits_are_checked(field: str, value: float) -> None:
     with pytest.raises(InvalidConfig, match=field):
         ConnectionLimits(**{field: value})  # type: ignore[arg-type]
+
+
+async def test_a_waiter_cancelled_just_before_a_release_is_not_granted_and_nothing_leaks() -> None:
+    """Cancelling a waiting task cancels its future at once, but its entry leaves the queue only
+    when the task runs again: a release in between granted the cancelled future (its bytes
+    counted as used for ever, and set_result raised in the releasing handler)."""
+    budget = ByteBudget(100)
+    await budget.acquire(100)
+    waiter = asyncio.ensure_future(budget.acquire(100))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    budget.release(100)  # the same pass: the cancelled waiter has not run yet
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert (budget.used, budget.waiting) == (0, 0)
+    await asyncio.wait_for(budget.acquire(100), 5)  # the whole budget is there again
