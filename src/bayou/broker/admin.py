@@ -255,10 +255,7 @@ async def group_lag(broker: Broker, group: str, index: dict[str, Committed] | No
     if group in broker.groups.groups:
         broker.describe_group(group)  # the authorization check
         description = await broker.current_group(group)
-    if index is None:
-        committed = {(t, p): off for (g, t, p), off in broker.groups.offsets.items() if g == group}
-    else:
-        committed = dict(index.get(group, {}))
+    committed = broker.groups.offsets.of_group(group) if index is None else dict(index.get(group, {}))
     if description is None and not committed:
         raise GroupNotFound(f"no group {group}")
     for topic in sorted({t for t, _p in committed}):

@@ -441,19 +441,18 @@ class Broker:
 
     def offset_groups(self) -> set[str]:
         """The groups holding a committed offset (whichever topics the caller may poll)."""
-        return {g for g, _topic, _partition in self.groups.offsets}
+        return self.groups.offsets.groups()
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Every committed offset of ``group`` whose topic the caller may poll, by (topic,
         partition): what Kafka's OffsetFetch of all topics answers."""
         out: dict[tuple[str, int], int] = {}
-        for (g, topic, partition), offset in self.groups.offsets.items():
-            if g == group:
-                try:
-                    self.authorizer.check_topic("poll", topic)
-                except Unauthorized:
-                    continue
-                out[(topic, partition)] = offset
+        for (topic, partition), offset in self.groups.offsets.of_group(group).items():
+            try:
+                self.authorizer.check_topic("poll", topic)
+            except Unauthorized:
+                continue
+            out[(topic, partition)] = offset
         return out
 
     def describe_group(self, group: str) -> GroupDescription:

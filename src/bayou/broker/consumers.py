@@ -240,7 +240,7 @@ class ConsumerGroups:
     def _group_topics(self, group: str) -> set[str]:
         """The topics a group is about: the one it lives in, and every topic it has offsets for."""
         g = self.ctx.groups.groups.get(group)
-        topics = {k[1] for k in self.ctx.groups.offsets if k[0] == group}
+        topics = self.ctx.groups.offsets.topics_of(group)
         if g is not None:
             topics.add(g.topic)
         return topics

@@ -621,7 +621,7 @@ class ClusterGroupStore:
         await self.cluster.forget_offset(group, topic, partition)
 
     async def forget_group(self, group: str) -> None:
-        for key in [k for k in self.groups.offsets if k[0] == group]:
+        for key in self.groups.offsets.keys_of(group):
             self._written(key)
         await self.cluster.forget_group(group)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from bayou.broker.groups import coordinator
 from bayou.broker.groups.assignors import range_assignor, round_robin
-from bayou.broker.groups.coordinator import GroupCoordinator, render_offsets
+from bayou.broker.groups.coordinator import GroupCoordinator, OffsetKey, render_offsets
 from bayou.broker.groups.state import GroupEvent, GroupState, IllegalTransition, transition
 from bayou.errors import GroupNotFound, IllegalGeneration, PartitionNotAssigned, UnknownMember
 
@@ -164,3 +164,44 @@ def test_offsets_json_rendered_a_group_at_a_time_is_byte_for_byte_what_it_was(
     c = GroupCoordinator(10_000, lambda _t: 1)
     c.load_offsets(render_offsets(offsets))
     assert c.offsets == offsets
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["set", "del", "pop", "popitem", "setdefault", "update", "ior",
+                                           "clear", "delete_group"]),
+                          st.tuples(st.sampled_from(["g1", "g2", "g3"]), st.sampled_from(["t", "u"]),
+                                    st.integers(0, 3)),
+                          st.integers(0, 100)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_OPS)
+def test_the_offset_tables_group_index_follows_every_change(ops: list[tuple[str, OffsetKey, int]]) -> None:
+    """``OffsetTable`` answers a group's offsets, topics and the groups holding offsets from an
+    index; after any sequence of dict changes it equals what a scan of the table gives."""
+    c = GroupCoordinator(10_000, lambda _t: 4)
+    table = c.offsets
+    for op, key, value in ops:
+        if op == "set":
+            table[key] = value
+        elif op == "del" and key in table:
+            del table[key]
+        elif op == "pop":
+            table.pop(key, None)
+        elif op == "popitem" and table:
+            table.popitem()
+        elif op == "setdefault":
+            table.setdefault(key, value)
+        elif op == "update":
+            table.update({key: value})
+        elif op == "ior":
+            table |= {key: value + 1}
+        elif op == "clear" and value < 10:
+            table.clear()
+        elif op == "delete_group":
+            c.delete_group(key[0])
+        scan = {g for g, _t, _p in table}
+        assert table.groups() == scan
+        for g in ("g1", "g2", "g3"):
+            assert table.of_group(g) == {(t, p): off for (h, t, p), off in table.items() if h == g}
+            assert table.topics_of(g) == {t for h, t, _p in table if h == g}
+            assert sorted(table.keys_of(g)) == sorted(k for k in table if k[0] == g)

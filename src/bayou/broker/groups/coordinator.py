@@ -104,6 +104,78 @@ class GroupDescription:
     policy: str = "rtes"
 
 
+OffsetKey = tuple[str, str, int]  # (group, topic, partition)
+
+
+class OffsetTable(dict[OffsetKey, int]):
+    """Committed offsets by (group, topic, partition), with each group's keys indexed: a group's
+    offsets, its topics and the groups that hold offsets are lookups, where a scan of every
+    offset per group made a request naming many groups (Kafka OffsetFetch of all topics,
+    DescribeGroups, DeleteGroups) cost groups x offsets. Every way a dict changes keeps it."""
+
+    def __init__(self, items: Iterable[tuple[OffsetKey, int]] = ()) -> None:
+        super().__init__()
+        self._by_group: dict[str, set[tuple[str, int]]] = {}
+        self.update(items)
+
+    def __setitem__(self, key: OffsetKey, value: int) -> None:
+        if key not in self:
+            self._by_group.setdefault(key[0], set()).add((key[1], key[2]))
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: OffsetKey) -> None:
+        super().__delitem__(key)
+        self._unindex(key)
+
+    def _unindex(self, key: OffsetKey) -> None:
+        keys = self._by_group.get(key[0])
+        if keys is not None:
+            keys.discard((key[1], key[2]))
+            if not keys:
+                del self._by_group[key[0]]
+
+    def pop(self, key: OffsetKey, *default: Any) -> Any:
+        if key in self:
+            self._unindex(key)
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[OffsetKey, int]:
+        key, value = super().popitem()
+        self._unindex(key)
+        return key, value
+
+    def setdefault(self, key: OffsetKey, default: int) -> int:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def clear(self) -> None:
+        super().clear()
+        self._by_group.clear()
+
+    def __ior__(self, other: Any) -> OffsetTable:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+    def of_group(self, group: str) -> dict[tuple[str, int], int]:
+        """``group``'s offsets by (topic, partition)."""
+        return {(t, p): self[(group, t, p)] for t, p in self._by_group.get(group, ())}
+
+    def keys_of(self, group: str) -> list[OffsetKey]:
+        return [(group, t, p) for t, p in self._by_group.get(group, ())]
+
+    def topics_of(self, group: str) -> set[str]:
+        return {t for t, _p in self._by_group.get(group, ())}
+
+    def groups(self) -> set[str]:
+        """The groups holding at least one offset."""
+        return set(self._by_group)
+
+
 class GroupCoordinator:
     def __init__(self, session_timeout_ms: int, partition_count: Callable[[str], int],
                  clock: Callable[[], int] = wall_ms) -> None:
@@ -111,7 +183,7 @@ class GroupCoordinator:
         self.partition_count = partition_count
         self.clock = clock
         self.groups: dict[str, Group] = {}
-        self.offsets: dict[tuple[str, str, int], int] = {}
+        self.offsets = OffsetTable()
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -282,7 +354,7 @@ class GroupCoordinator:
     def delete_group(self, group: str) -> bool:
         """Forget a group and its committed offsets; True if it existed."""
         existed = self.groups.pop(group, None) is not None
-        for key in [k for k in self.offsets if k[0] == group]:
+        for key in self.offsets.keys_of(group):
             del self.offsets[key]
             existed = True
         return existed
