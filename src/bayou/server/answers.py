@@ -44,25 +44,25 @@ class Room:
         self.budget = budget
         self.held = 0
 
-    async def reserve(self, n: int) -> None:
-        """Hold ``n`` bytes before reading: what it held is given back first, so a request waiting
-        for the budget holds nothing."""
-        if self.held:
-            self.budget.release(self.held)
-            self.held = 0
-        await self.budget.acquire(n)
-        self.held = min(n, self.budget.total)
-
     def claim(self, n: int) -> Coroutine[Any, Any, None] | None:
-        """``reserve`` without a coroutine when the budget has room at once (every fetch makes
-        one): None when ``n`` is held, else the ``reserve`` to await."""
-        if self.held:
-            self.budget.release(self.held)
-            self.held = 0
+        """Hold ``n`` bytes before reading, giving back first what it held (so a request waiting
+        for the budget holds nothing). None when held at once (no coroutine: every fetch makes a
+        claim), else the wait to await."""
+        self.release()
         if self.budget.try_acquire(n):
             self.held = min(n, self.budget.total)
             return None
-        return self.reserve(n)
+        return self._acquire(n)
+
+    async def _acquire(self, n: int) -> None:
+        await self.budget.acquire(n)
+        self.held = min(n, self.budget.total)
+
+    async def reserve(self, n: int) -> None:
+        """``claim``, awaited."""
+        waiting = self.claim(n)
+        if waiting is not None:
+            await waiting
 
     def keep(self, n: int) -> None:
         """Hold what the answer built holds: less gives the rest back; more (the batch begun

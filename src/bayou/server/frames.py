@@ -250,14 +250,15 @@ class _Pipeline(Generic[F, E]):
         request = Ordered(loop.create_future())
         gate = self.last_released
         context = serving(request)
-        if not appends and self.conn.answers is not None:  # a fetch: its answer's room, its own
-            room = Room(self.conn.answers)
+        # a frame that is not an append (a fetch) gets an answer room of its own
+        room = None if appends or self.conn.answers is None else Room(self.conn.answers)
+        if room is not None:
             context.run(ROOM.set, room)
         task: asyncio.Task[Reply] = loop.create_task(
             self._serve(frame, request, None if gate is None or gate.done() else gate),
             context=context)
         task.add_done_callback(lambda _t: request.release())
-        if not appends and self.conn.answers is not None:
+        if room is not None:
             self.rooms[task] = room
         self.queue.append(task)
         self.last_released = request.released

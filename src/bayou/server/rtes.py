@@ -191,9 +191,7 @@ class RtesService:
         size = 0
         room = answer_room()
         if room is not None and offset < end:  # before the reads (server/answers.py)
-            waiting = room.claim(CONSUME_MAX_BYTES)
-            if waiting is not None:
-                await waiting
+            await room.reserve(CONSUME_MAX_BYTES)
         while offset < end and len(out) < limit and size < CONSUME_MAX_BYTES:
             res = await self.broker.fetch(topic, partition, offset, max_bytes=CONSUME_MAX_BYTES - size,
                                           max_records=limit - len(out), upto_log_end=upto_log_end,

@@ -242,8 +242,8 @@ class TankService:
 
     # -- consume -------------------------------------------------------------------------------
 
-    async def _resolve(self, topic: str, p: m.ConsumePartition, room: int) -> Entry:
-        """(entry, chunk, at end of partition) for one requested partition (§5.4); ``room``: the
+    async def _resolve(self, topic: str, p: m.ConsumePartition, space: int) -> Entry:
+        """(entry, chunk, at end of partition) for one requested partition (§5.4); ``space``: the
         bytes the answer may still carry (CONSUME_MAX_BYTES), none left: an empty chunk."""
         if not 0 <= p.partition < self.broker.partition_count(topic):
             return m.ConsumePartitionResult(p.partition, ConsumeFlag.UNKNOWN_PARTITION), None, False
@@ -265,10 +265,10 @@ class TankService:
         if seq > last + 1 or seq < first:
             return (m.ConsumePartitionResult(p.partition, ConsumeFlag.BOUNDARY_FAULT, 0, last, first),
                     None, False)
-        if room <= 0:  # the answer is full: nothing this time, the client asks again (hwmark > seq)
+        if space <= 0:  # the answer is full: nothing this time, the client asks again (hwmark > seq)
             return m.ConsumePartitionResult(p.partition, ConsumeFlag.OK, first, last), None, False
         try:
-            chunk = await read_chunk(self.broker, topic, p.partition, seq, min(p.fetch_size, room))
+            chunk = await read_chunk(self.broker, topic, p.partition, seq, min(p.fetch_size, space))
         except OffsetOutOfRange:  # retention removed ``seq`` since first_available: the same fault
             try:
                 first = await first_available(self.broker, topic, p.partition)
@@ -285,27 +285,24 @@ class TankService:
     async def _consume(self, c: TankConnection, req: m.Consume | m.ConsumePeer) -> None:
         """Consume (0x2), and ConsumePeer (0x9, a replica's consume: no request id, u16 counts;
         standalone, the high water mark is the log end, so it reads the same data)."""
-        answers: Answers = []
-        immediate = req.max_wait == 0
-        space = CONSUME_MAX_BYTES
-        budget = c.conn.answers
-        room = Room(budget) if budget is not None else None
+        room = Room(c.conn.answers) if c.conn.answers is not None else None
         if room is not None:  # the most the answer may hold, before its reads (answers.py)
-            waiting = room.claim(min(CONSUME_MAX_BYTES, sum(min(p.fetch_size, MAX_FETCH)
-                                                            for t in req.topics for p in t.partitions)))
-            if waiting is not None:
-                await waiting
+            await room.reserve(min(CONSUME_MAX_BYTES, sum(min(p.fetch_size, MAX_FETCH)
+                                                          for t in req.topics for p in t.partitions)))
         try:
-            await self._resolve_all(c, req, answers, space, immediate, room)
+            await self._resolve_all(c, req, room)
         except BaseException:
             if room is not None:
                 room.release()
             raise
 
-    async def _resolve_all(self, c: TankConnection, req: m.Consume | m.ConsumePeer, answers: Answers,
-                           space: int, immediate: bool, room: Room | None) -> None:
+    async def _resolve_all(self, c: TankConnection, req: m.Consume | m.ConsumePeer,
+                           room: Room | None) -> None:
         """``_consume`` once its answer's room is held: each entry resolved, then answered now or
         after a long poll."""
+        answers: Answers = []
+        immediate = req.max_wait == 0
+        space = CONSUME_MAX_BYTES
         seen = 0
         for t in req.topics:
             # a topic the connection may not read is answered as unknown: TANK's consume has no
